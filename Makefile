@@ -1,0 +1,26 @@
+# The two set-up commands of the README: `make demo` and `make test`. Both set up everything.
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test lint unit bench clean
+
+setup:
+	@./scripts/setup.sh
+
+demo: setup
+	@$(BIN)/baton demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: setup
+	@BATON_BENCH=1 ./scripts/setup.sh
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

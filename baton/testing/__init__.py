@@ -1,0 +1,11 @@
+"""baton's public test kit: real servers, waiting with deadlines, fenced resources.
+
+Tests built on it never sleep and then assert: they wait for a condition with a deadline
+(:func:`wait_for`, :func:`await_for`) and fail with a message naming what did not happen.
+"""
+
+from baton.testing.fenced import FencedLog
+from baton.testing.servers import PostgresServer, RedisServer, free_port
+from baton.testing.waiting import await_for, wait_for
+
+__all__ = ["FencedLog", "PostgresServer", "RedisServer", "await_for", "free_port", "wait_for"]

@@ -1,0 +1,206 @@
+"""Real Redis and PostgreSQL servers for tests and benchmarks, on free loopback ports.
+
+Each server is a child process started here and stopped by PID; data lives in a directory the
+caller owns (a pytest temp dir). Nothing is mocked: this is what baton's own conformance suite
+runs against, and users can run theirs the same way::
+
+    with RedisServer(tmp_path / "redis") as redis:
+        store = open_store(redis.url)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from baton.errors import BatonError
+
+PG_BIN = Path(os.environ.get("BATON_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+class ServerError(BatonError):
+    """A test server could not be started."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 10.0) -> None:
+    """Wait until something accepts TCP connections on 127.0.0.1:``port``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise ServerError(f"nothing listens on 127.0.0.1:{port} after {timeout}s") from None
+            time.sleep(0.02)
+
+
+class RedisServer:
+    """A ``redis-server`` child process without persistence (so a restart loses every key, the
+    case baton's epochs must survive)."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> Self:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise ServerError("redis-server is not installed: apt-get install redis-server")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(self.directory),
+                "--logfile", str(self.directory / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def pause(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class PostgresServer:
+    """A PostgreSQL cluster (``initdb`` into ``directory``) run by ``pg_ctl`` on a free port.
+
+    ``initdb`` refuses to run as root, so as root the directory is given to the ``postgres``
+    user and the tools run through ``runuser``.
+    """
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.port = port or free_port()
+        self.data = self.directory / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        cmd = [str(PG_BIN / args[0]), *args[1:]]
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise ServerError(f"{args[0]} failed: {res.stderr.strip() or res.stdout.strip()}")
+
+    def start(self) -> Self:
+        if not (PG_BIN / "initdb").exists():
+            raise ServerError(f"PostgreSQL is not installed in {PG_BIN}: apt-get install postgresql")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres")
+            self.directory.chmod(0o700)
+        if not self.data.exists():
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        opts = (
+            f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run(
+            "pg_ctl", "-w", "-D", str(self.data), "-l", str(self.directory / "pg.log"),
+            "-o", opts, "start",
+        )  # fmt: skip
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        pidfile = self.data / "postmaster.pid"
+        with contextlib.suppress(OSError, ValueError):
+            return int(pidfile.read_text().split()[0])
+        return None
+
+    def stop(self, mode: str = "fast") -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ServerError):
+                self._run("pg_ctl", "-w", "-D", str(self.data), "-m", mode, "stop")
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (a crash); the next start recovers."""
+        pid = self.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.02)
+            # children exit when the postmaster is gone; stale pid file is handled by pg_ctl
+            self.stop("immediate")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: system packages (only when missing), then the venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql)
+if [ "${BATON_BENCH:-0}" = 1 ]; then
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing system packages: ${need[*]}; run as root or install them with apt-get" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need[*]} with apt-get"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  # Debian starts the packaged servers; baton starts its own on free ports, so stop those.
+  (service redis-server stop || true) >/dev/null 2>&1
+  (service postgresql stop || true) >/dev/null 2>&1
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
+  .venv/bin/python -c "import baton, redis, psycopg" 
+  touch "$stamp"
+fi

@@ -1,0 +1,72 @@
+"""Session fixtures: real Redis and PostgreSQL servers on free loopback ports, SQLite in a temp
+dir, and a ``store_url`` parametrised over the three backends with a fresh namespace per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from baton.store import Store, open_store
+from baton.testing.servers import PostgresServer, RedisServer
+
+BACKENDS = ("sqlite", "redis", "postgres")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    with PostgresServer(tmp_path_factory.mktemp("pg")) as server:
+        yield server
+
+
+class Backend:
+    """One backend under test: its URL (fresh namespace) and how to restart its server."""
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        restart: Callable[[], None],
+        server: RedisServer | PostgresServer | None,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.restart = restart
+        self.server = server
+
+    def open(self) -> Store:
+        return open_store(self.url)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    ns = "t" + uuid.uuid4().hex[:12]
+    name = str(request.param)
+    if name == "sqlite":
+        db = tmp_path / "store.db"
+
+        def lose_data() -> None:
+            # The SQLite "server" is the file: losing it is the worst restart there is.
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+        return Backend(name, f"sqlite://{db}?namespace={ns}", lose_data, None)
+    if name == "redis":
+        redis: RedisServer = request.getfixturevalue("redis_server")
+        return Backend(name, f"{redis.url}?namespace={ns}", redis.restart, redis)
+    pg: PostgresServer = request.getfixturevalue("postgres_server")
+    return Backend(name, f"{pg.url}?namespace={ns}", pg.restart, pg)
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    async with backend.open() as s:
+        yield s
