@@ -62,7 +62,7 @@ def _split_options(url: str) -> tuple[str, str]:
 def open_store(url: str) -> Store:
     """Return an (unconnected) store for ``url``. Use ``async with open_store(url) as store``
     or call ``await store.connect()``. A bad URL raises :class:`ConfigError` at once."""
-    if not isinstance(url, str) or "://" not in url and not url.startswith("sqlite:"):
+    if not isinstance(url, str) or ("://" not in url and not url.startswith("sqlite:")):
         raise ConfigError(
             f"bad store URL {redact_url(str(url))!r}: expected sqlite:///path/file.db, "
             "redis://host:port/db or postgresql://user@host:port/dbname"

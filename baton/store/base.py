@@ -55,6 +55,7 @@ is no longer available (trimmed, or from a store that lost its data): re-list an
 from __future__ import annotations
 
 import abc
+import builtins
 import contextlib
 import enum
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -316,7 +317,7 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def _changes_after(
         self, incarnation: str, revision: int, prefix: str, limit: int
-    ) -> tuple[list[Change], int]:
+    ) -> tuple[builtins.list[Change], int]:
         """Changes with a revision above ``revision`` whose key starts with ``prefix``, oldest
         first, at most ``limit`` scanned, and the highest revision scanned (the new resume
         point even when nothing matched). Raises FeedCompacted when ``incarnation`` is not the

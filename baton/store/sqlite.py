@@ -14,6 +14,7 @@ other connection commits and costs no table read, so "polling" here is a cheap h
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import sqlite3
 import time
@@ -29,10 +30,8 @@ from baton.store.base import (
     Change,
     ChangeKind,
     Condition,
-    Delete,
     FeedListener,
     Lease,
-    LeaseHeld,
     Op,
     Position,
     Put,
@@ -427,10 +426,10 @@ class SQLiteStore(Store):
 
     async def _changes_after(
         self, incarnation: str, revision: int, prefix: str, limit: int
-    ) -> tuple[list[Change], int]:
+    ) -> tuple[builtins.list[Change], int]:
         p = self._p
 
-        def op() -> tuple[list[Change], int]:
+        def op() -> tuple[builtins.list[Change], int]:
             db = self._db
             assert db is not None
             db.execute("BEGIN")

@@ -148,7 +148,9 @@ class PostgresServer:
 
     def start(self) -> Self:
         if not (PG_BIN / "initdb").exists():
-            raise ServerError(f"PostgreSQL is not installed in {PG_BIN}: apt-get install postgresql")
+            raise ServerError(
+                f"PostgreSQL is not installed in {PG_BIN}: apt-get install postgresql"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.directory, "postgres")

@@ -43,7 +43,7 @@ async def await_for(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"timed out after {timeout}s waiting for {what or predicate!r}")
         await asyncio.sleep(interval)

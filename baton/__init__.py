@@ -1,0 +1,1 @@
+"""baton: fenced leadership, placement and cascaded replication."""
