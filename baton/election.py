@@ -198,6 +198,12 @@ class Election:
         return self._lease.epoch if self._lease is not None else None
 
     @property
+    def valid_until(self) -> float:
+        """Local ``time.monotonic()`` after which this node stops leading unless it renews
+        (0 when not leader). Processes that act for the leader can be held to it."""
+        return self._valid_until if self._lease is not None else 0.0
+
+    @property
     def term(self) -> Term | None:
         return Term(self._lease, self) if self._lease is not None and self.is_leader else None
 
@@ -365,7 +371,8 @@ class Election:
         self._is_leader.clear()
         for cb in list(self._loss_callbacks):
             cb(reason)
-        log.warning(
+        log.log(
+            logging.INFO if reason is LossReason.RELEASED else logging.WARNING,
             "leadership lost",
             extra={
                 "election": self.name,

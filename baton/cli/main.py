@@ -1,0 +1,204 @@
+"""The ``baton`` command line. Every error is one line on stderr and a non-zero exit; a
+traceback is shown only with ``BATON_DEBUG=1``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from baton import logs
+from baton.errors import BatonError, ConfigError, StoreError, redact_url
+from baton.store import Lease, open_store
+from baton.timings import Timings
+
+T = TypeVar("T")
+EXIT_USAGE = 2
+EXIT_STORE = 1
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    click.echo(f"baton: error: {message}", err=True)
+    sys.exit(code)
+
+
+def run_async(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine for a command, turning baton errors into one-line messages."""
+
+    async def main() -> T:
+        return await fn()
+
+    try:
+        return asyncio.run(main())
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        fail(f"{exc} (is the store running and the URL right?)", EXIT_STORE)
+    except BatonError as exc:
+        fail(str(exc), EXIT_STORE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+store_option = click.option(
+    "--store",
+    "store_url",
+    envvar="BATON_STORE",
+    metavar="URL",
+    help="Store URL (sqlite:///path, redis://host:port/db, postgresql://...); env BATON_STORE.",
+)
+
+
+def need_store(url: str | None) -> str:
+    if not url:
+        raise click.UsageError("no store given: use --store URL or set BATON_STORE")
+    open_store(url)  # validates the URL (ConfigError) before anything else happens
+    return url
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="baton")
+def cli() -> None:
+    """baton: fenced leadership, placement and cascaded replication."""
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@store_option
+@click.option("--ttl", type=float, default=10.0, show_default=True, help="Lease ttl in seconds.")
+@click.option("--id", "holder", metavar="ID", help="Participant id [default: HOST:PID].")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def elect(name: str, store_url: str | None, ttl: float, holder: str | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND only while leader of NAME (COMMAND after '--').
+
+    COMMAND gets BATON_EPOCH, BATON_LEASE and BATON_HOLDER. It is stopped (SIGTERM, then
+    SIGKILL) before the lease can expire at the store when leadership is lost or cannot be
+    renewed, even if this process is paused or killed. When COMMAND exits, the lease is
+    released and baton exits with its status.
+    """
+    from baton.cli import elect as elect_mod
+
+    url = need_store(store_url)
+    timings = Timings.for_ttl(ttl)
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    who = holder or f"{socket.gethostname()}:{os.getpid()}"
+    code = run_async(lambda: elect_mod.run(name, url, timings, who, argv))
+    sys.exit(code)
+
+
+@cli.group()
+def lease() -> None:
+    """Inspect leases."""
+
+
+def _lease_dict(item: Lease, now: float) -> dict[str, Any]:
+    return {
+        "name": item.name,
+        "holder": item.holder,
+        "epoch": item.epoch,
+        "ttl": item.ttl,
+        "expires_at": item.expires_at,
+        "expires_in": round(item.expires_at - now, 3),
+    }
+
+
+@lease.command("show")
+@click.argument("name")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def lease_show(name: str, store_url: str | None, as_json: bool) -> None:
+    """Show who holds lease NAME (exit status 1 when nobody does)."""
+    url = need_store(store_url)
+
+    async def go() -> tuple[Lease | None, float]:
+        async with open_store(url) as store:
+            return await store.get_lease(name), await store.now()
+
+    found, now = run_async(go)
+    if as_json:
+        click.echo(json.dumps(_lease_dict(found, now) if found else {"name": name, "holder": None}))
+    elif found is None:
+        click.echo(f"{name}: free")
+    else:
+        click.echo(
+            f"{name}: held by {found.holder} at epoch {found.epoch}, "
+            f"expires in {found.expires_at - now:.1f}s (ttl {found.ttl:g}s)"
+        )
+    sys.exit(0 if found else 1)
+
+
+@lease.command("list")
+@store_option
+@click.option("--prefix", default="", help="Only leases whose name starts with this.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
+    """List held leases."""
+    url = need_store(store_url)
+
+    async def go() -> tuple[list[Lease], float]:
+        async with open_store(url) as store:
+            return await store.list_leases(prefix), await store.now()
+
+    leases, now = run_async(go)
+    if as_json:
+        click.echo(json.dumps([_lease_dict(x, now) for x in leases]))
+        return
+    table = Table(title=f"leases on {redact_url(url)}")
+    for col in ("name", "holder", "epoch", "expires in", "ttl"):
+        table.add_column(col)
+    for x in leases:
+        table.add_row(x.name, x.holder, str(x.epoch), f"{x.expires_at - now:.1f}s", f"{x.ttl:g}s")
+    Console().print(table)
+
+
+@cli.command()
+@click.option("--nodes", default=3, show_default=True, help="Election participants.")
+@click.option("--ttl", type=float, default=2.0, show_default=True, help="Lease ttl in seconds.")
+def demo(nodes: int, ttl: float) -> None:
+    """Run the demonstration on the embedded default (SQLite): elect, kill, take over."""
+    from baton.demo import run_demo
+
+    if nodes < 2:
+        raise click.UsageError("--nodes must be at least 2 to show a takeover")
+    started = time.monotonic()
+    ok = run_demo(nodes=nodes, ttl=ttl)
+    click.echo(f"demo {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s")
+    sys.exit(0 if ok else 1)
+
+
+def main() -> None:
+    """Console entry point."""
+    logs.setup(logging.DEBUG if os.environ.get("BATON_DEBUG") else logging.WARNING)
+    try:
+        cli.main(standalone_mode=False)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        fail(f"{exc.format_message()}{hint}", EXIT_USAGE)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code or EXIT_USAGE)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except Exception as exc:  # the last line of defence against a traceback for users
+        if os.environ.get("BATON_DEBUG"):
+            raise
+        fail(f"internal error: {type(exc).__name__}: {exc} (BATON_DEBUG=1 shows a traceback)", 70)
+
+
+if __name__ == "__main__":
+    main()

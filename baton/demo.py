@@ -1,0 +1,3 @@
+"""placeholder"""
+def run_demo(nodes: int, ttl: float) -> bool:
+    return False

@@ -1,0 +1,783 @@
+"""The Redis backend of the coordination store (Redis 6.2+, one primary; not Redis Cluster).
+
+Every mutation is one Lua script, so it is atomic, and reads the store clock with ``TIME`` inside
+the script (Redis replicates script effects, not the script, so this is allowed). Times are
+integer microseconds inside Redis and float seconds outside.
+
+Keys, all under ``"<namespace>:"``:
+
+=====================  ======================================================================
+``incarnation``        random id of this data set; positions from another one are compacted
+``revision``           the store revision counter (``INCR``)
+``log``                the change log: a stream with one entry per revision (id
+                       ``<revision>-0``), trimmed to about ``log_limit`` entries
+``epochs``             hash name -> last epoch granted; never expires, so epochs keep growing
+                       across releases and expiries
+``leases``             sorted set of held lease names, all score 0 (``ZRANGEBYLEX`` listing)
+``expiry``             sorted set of held lease names by expiry in microseconds
+``l:<name>``           hash of one lease: ``holder epoch ttl exp`` while held (until its
+                       expiry is logged), or ``successor reserved_until`` after a handover
+``records``            sorted set of record keys, all score 0
+``r:<key>``            hash of one record: ``value version``
+``feed`` (channel)     pub/sub channel: each mutation publishes its revision there
+=====================  ======================================================================
+
+Redis' own key expiry is not used for leases: an expiry must become an ``expired`` change in the
+log, and Redis expiring a key silently cannot do that. Expiry is judged against ``TIME`` by every
+script and logged by :meth:`RedisStore.expire_due` or by the ``acquire`` that takes a lease over.
+
+Data loss (a restart without persistence, ``FLUSHALL``, a failover to a lagging replica) is
+survivable: epochs stay increasing through the clock term of ``max(now, last + 1)``, every script
+recreates the incarnation key from a fresh random candidate sent by the client, so old positions
+raise :class:`~baton.errors.FeedCompacted`, and a position ahead of the store's revision does too.
+The server must not evict keys (``maxmemory-policy noeviction``, the default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.asyncio.connection import parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from baton.errors import (
+    ConfigError,
+    FeedCompacted,
+    StoreError,
+    StoreTimeout,
+    StoreUnavailable,
+    redact_url,
+)
+from baton.store.base import (
+    Capabilities,
+    Change,
+    ChangeKind,
+    Condition,
+    Delete,
+    FeedListener,
+    Lease,
+    LeaseHeld,
+    Op,
+    Position,
+    Put,
+    Record,
+    Store,
+    TxnResult,
+    VersionIs,
+    check_name,
+    check_ops,
+    check_same_holder,
+    check_ttl,
+    make_position,
+)
+
+#: Roughly how many change-log entries are kept (``XADD ... MAXLEN ~``).
+LOG_LIMIT: Final = 100_000
+#: At most this many expiries are logged by one ``expire_due`` call, so that a mass expiry does
+#: not block the server in one long script; the call then reports more as due at once.
+EXPIRE_BATCH: Final = 1000
+#: Seconds to connect, and to wait for any one reply.
+CONNECT_TIMEOUT: Final = 5.0
+SOCKET_TIMEOUT: Final = 5.0
+#: Seconds a pooled connection may idle before it is pinged prior to reuse.
+HEALTH_CHECK_INTERVAL: Final = 10
+
+_US = 1_000_000
+
+# -- Lua ---------------------------------------------------------------------------------------
+#
+# Every script gets the same KEYS (the fixed keys) and ARGV[1..4] (the prefix of per-item keys,
+# the notification channel, a fresh incarnation candidate and the log limit); its own arguments
+# start at ARGV[5]. Lua numbers are doubles: microsecond times (~1.8e15) and revisions are exact
+# below 2^53, but tostring() would print 1.8e+15, so numbers go to Redis through fmt().
+
+_PRELUDE = r"""
+local K_INCARNATION, K_REVISION, K_LOG = KEYS[1], KEYS[2], KEYS[3]
+local K_RECORDS, K_LEASES, K_EXPIRY, K_EPOCHS = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local PREFIX, CHANNEL, CANDIDATE, LOG_LIMIT = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+
+local function fmt(n)
+  return string.format('%.0f', n)
+end
+
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function lease_key(name)
+  return PREFIX .. 'l:' .. name
+end
+
+local function record_key(key)
+  return PREFIX .. 'r:' .. key
+end
+
+-- The incarnation names this data set. If the key is gone, so is everything else (restart
+-- without persistence, FLUSHALL): a new random one makes every older position invalid.
+local function incarnation()
+  local inc = redis.call('GET', K_INCARNATION)
+  if not inc then
+    inc = CANDIDATE
+    redis.call('SET', K_INCARNATION, inc)
+  end
+  return inc
+end
+
+local function current_revision()
+  return tonumber(redis.call('GET', K_REVISION) or '0')
+end
+
+local function next_revision()
+  incarnation()
+  return redis.call('INCR', K_REVISION)
+end
+
+-- Append one change. Its stream entry id is <revision>-0: one entry per revision.
+local function append(rev, kind, key, extra)
+  redis.call('XADD', K_LOG, 'MAXLEN', '~', LOG_LIMIT, fmt(rev) .. '-0',
+             'k', kind, 'n', key, unpack(extra))
+end
+
+local function notify(rev)
+  redis.call('PUBLISH', CHANNEL, fmt(rev))
+end
+"""
+
+# ARGV[5] name, [6] holder, [7] ttl in microseconds. Returns {epoch, expiry} or nil.
+_ACQUIRE = r"""
+local name, holder, ttl = ARGV[5], ARGV[6], tonumber(ARGV[7])
+local key = lease_key(name)
+local now = clock()
+local cur = redis.call('HMGET', key, 'holder', 'epoch', 'exp', 'successor', 'reserved_until')
+if cur[1] then
+  if tonumber(cur[3]) > now then
+    return false
+  end
+  -- Expired by the store clock but not logged yet: log it first, so the feed reads "expired"
+  -- before "acquired".
+  local rev = next_revision()
+  append(rev, 'expired', name, {'h', cur[1], 'e', cur[2]})
+  notify(rev)
+elseif cur[4] and cur[4] ~= holder and tonumber(cur[5]) > now then
+  return false
+end
+local last = tonumber(redis.call('HGET', K_EPOCHS, name) or '0')
+local epoch = math.max(now, last + 1)
+local exp = now + ttl
+redis.call('HSET', K_EPOCHS, name, fmt(epoch))
+redis.call('DEL', key)
+redis.call('HSET', key, 'holder', holder, 'epoch', fmt(epoch), 'ttl', fmt(ttl), 'exp', fmt(exp))
+redis.call('ZADD', K_EXPIRY, fmt(exp), name)
+redis.call('ZADD', K_LEASES, 0, name)
+local rev = next_revision()
+append(rev, 'acquired', name, {'h', holder, 'e', fmt(epoch)})
+notify(rev)
+return {fmt(epoch), fmt(exp)}
+"""
+
+# ARGV[5] holder, then name, epoch pairs. Returns per pair the new expiry or nil. Not a change:
+# nothing is logged or published.
+_RENEW = r"""
+local holder = ARGV[5]
+local now = clock()
+local out = {}
+local pending = {}
+for i = 6, #ARGV - 1, 2 do
+  local name, epoch = ARGV[i], ARGV[i + 1]
+  local key = lease_key(name)
+  local cur = redis.call('HMGET', key, 'holder', 'epoch', 'ttl', 'exp')
+  local renewed = false
+  if cur[1] == holder and cur[2] == epoch and tonumber(cur[4]) > now then
+    renewed = fmt(now + tonumber(cur[3]))
+    redis.call('HSET', key, 'exp', renewed)
+    pending[#pending + 1] = renewed
+    pending[#pending + 1] = name
+    -- Batch the index updates: one ZADD per thousand leases instead of one per lease (unpack
+    -- is bounded by the Lua stack, hence not all at once).
+    if #pending >= 2000 then
+      redis.call('ZADD', K_EXPIRY, unpack(pending))
+      pending = {}
+    end
+  end
+  out[#out + 1] = renewed
+end
+if #pending > 0 then
+  redis.call('ZADD', K_EXPIRY, unpack(pending))
+end
+return out
+"""
+
+# ARGV[5] name, [6] holder, [7] epoch, [8] successor ('' for none). Returns 1 if released.
+_RELEASE = r"""
+local name, holder, epoch, successor = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local key = lease_key(name)
+local now = clock()
+local cur = redis.call('HMGET', key, 'holder', 'epoch', 'ttl', 'exp')
+if cur[1] ~= holder or cur[2] ~= epoch or tonumber(cur[4]) <= now then
+  return 0
+end
+redis.call('DEL', key)
+redis.call('ZREM', K_EXPIRY, name)
+redis.call('ZREM', K_LEASES, name)
+local extra = {'h', holder, 'e', epoch}
+if successor ~= '' then
+  local ttl = tonumber(cur[3])
+  redis.call('HSET', key, 'successor', successor, 'reserved_until', fmt(now + ttl))
+  -- The key TTL only collects a reservation nobody used; acquire checks reserved_until.
+  redis.call('PEXPIRE', key, fmt(math.floor(ttl / 1000) + 1000))
+  extra[5] = 's'
+  extra[6] = successor
+end
+local rev = next_revision()
+append(rev, 'released', name, extra)
+notify(rev)
+return 1
+"""
+
+# ARGV[5] name. Returns {holder, epoch, ttl, exp} or nil.
+_GET_LEASE = r"""
+local cur = redis.call('HMGET', lease_key(ARGV[5]), 'holder', 'epoch', 'ttl', 'exp')
+if not cur[1] or tonumber(cur[4]) <= clock() then
+  return false
+end
+return cur
+"""
+
+# ARGV[5], [6] a ZRANGEBYLEX range. Returns name, holder, epoch, ttl, exp per held lease.
+_LIST_LEASES = r"""
+local now = clock()
+local out = {}
+for _, name in ipairs(redis.call('ZRANGEBYLEX', K_LEASES, ARGV[5], ARGV[6])) do
+  local cur = redis.call('HMGET', lease_key(name), 'holder', 'epoch', 'ttl', 'exp')
+  if cur[1] and tonumber(cur[4]) > now then
+    out[#out + 1] = name
+    out[#out + 1] = cur[1]
+    out[#out + 1] = cur[2]
+    out[#out + 1] = cur[3]
+    out[#out + 1] = cur[4]
+  end
+end
+return out
+"""
+
+# ARGV[5] batch limit. Logs due expiries; returns microseconds to the next expiry (0: more are
+# due already) or nil when no lease is held.
+_EXPIRE_DUE = r"""
+local limit = tonumber(ARGV[5])
+local now = clock()
+local due = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', fmt(now), 'LIMIT', 0, limit)
+local rev = nil
+for _, name in ipairs(due) do
+  local key = lease_key(name)
+  local cur = redis.call('HMGET', key, 'holder', 'epoch')
+  if cur[1] then
+    rev = next_revision()
+    append(rev, 'expired', name, {'h', cur[1], 'e', cur[2]})
+    redis.call('DEL', key)
+  end
+  redis.call('ZREM', K_EXPIRY, name)
+  redis.call('ZREM', K_LEASES, name)
+end
+if rev then
+  notify(rev)
+end
+if #due >= limit then
+  return '0'
+end
+local nxt = redis.call('ZRANGE', K_EXPIRY, 0, 0, 'WITHSCORES')
+if #nxt == 0 then
+  return false
+end
+return fmt(math.max(tonumber(nxt[2]) - now, 0))
+"""
+
+# ARGV[5] number of conditions, then 4 arguments per condition ('v', key, version, '' or
+# 'l', name, holder, epoch), then 3 per op ('p', key, value or 'd', key, '').
+# Returns {1, last revision} or {0, index of each failed condition...}.
+_TXN = r"""
+local ncond = tonumber(ARGV[5])
+local i = 6
+local now = nil
+local failed = {0}
+for c = 0, ncond - 1 do
+  local kind, a, b, d = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  i = i + 4
+  local ok
+  if kind == 'v' then
+    ok = (redis.call('HGET', record_key(a), 'version') or '0') == b
+  else
+    now = now or clock()
+    local cur = redis.call('HMGET', lease_key(a), 'holder', 'epoch', 'exp')
+    ok = cur[1] == b and cur[2] == d and tonumber(cur[3]) > now
+  end
+  if not ok then
+    failed[#failed + 1] = c
+  end
+end
+if #failed > 1 then
+  return failed
+end
+-- Every change gets its own revision (so every feed position names exactly one change); the
+-- result is the last one. Deleting an absent key is not a change and takes none.
+local rev = nil
+while i <= #ARGV do
+  local kind, key, value = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  i = i + 3
+  local rkey = record_key(key)
+  if kind == 'p' then
+    rev = next_revision()
+    redis.call('HSET', rkey, 'value', value, 'version', fmt(rev))
+    redis.call('ZADD', K_RECORDS, 0, key)
+    append(rev, 'put', key, {'v', value, 'ver', fmt(rev)})
+  elseif redis.call('EXISTS', rkey) == 1 then
+    rev = next_revision()
+    redis.call('DEL', rkey)
+    redis.call('ZREM', K_RECORDS, key)
+    append(rev, 'delete', key, {'ver', fmt(rev)})
+  end
+end
+if rev then
+  notify(rev)
+  return {1, fmt(rev)}
+end
+return {1, fmt(current_revision())}
+"""
+
+_HEAD = r"""
+return {incarnation(), fmt(current_revision())}
+"""
+
+# ARGV[5], [6] a ZRANGEBYLEX range. Returns incarnation, revision, then key, value, version.
+_LIST = r"""
+local out = {incarnation(), fmt(current_revision())}
+for _, key in ipairs(redis.call('ZRANGEBYLEX', K_RECORDS, ARGV[5], ARGV[6])) do
+  local cur = redis.call('HMGET', record_key(key), 'value', 'version')
+  if cur[1] then
+    out[#out + 1] = key
+    out[#out + 1] = cur[1]
+    out[#out + 1] = cur[2]
+  end
+end
+return out
+"""
+
+# ARGV[5] incarnation, [6] revision to read after, [7] key prefix, [8] limit.
+# Returns {'compacted', reason} or {'ok', highest revision scanned, {id, fields}...}.
+_CHANGES = r"""
+local wanted, after, prefix, limit = ARGV[5], tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+if incarnation() ~= wanted then
+  return {'compacted', 'it is from another store, or this one lost its data'}
+end
+local head = current_revision()
+if after > head then
+  -- Only a store that lost recent writes (a failover to a lagging replica) can be behind a
+  -- position it handed out; the revisions it gives next would not be the ones seen.
+  return {'compacted', 'it is ahead of the store, which lost recent writes'}
+end
+if after == head then
+  return {'ok', fmt(after)}
+end
+local function revision_of(id)
+  return tonumber(string.match(id, '^(%d+)-'))
+end
+-- Every revision has exactly one entry, so the log is complete after `after` exactly when its
+-- oldest entry is at most after + 1 (trimming only removes the oldest entries).
+local first = redis.call('XRANGE', K_LOG, '-', '+', 'COUNT', 1)
+if #first == 0 or revision_of(first[1][1]) > after + 1 then
+  return {'compacted', 'the change log was trimmed'}
+end
+local entries = redis.call('XRANGE', K_LOG, fmt(after + 1), '+', 'COUNT', limit)
+local out = {'ok', fmt(after)}
+for _, e in ipairs(entries) do
+  out[2] = fmt(revision_of(e[1]))
+  -- fields are k, kind, n, key, ...: the key is the fourth
+  if string.sub(e[2][4], 1, #prefix) == prefix then
+    out[#out + 1] = e
+  end
+end
+return out
+"""
+
+_SCRIPTS: Final = {
+    "acquire": _ACQUIRE,
+    "renew": _RENEW,
+    "release": _RELEASE,
+    "get_lease": _GET_LEASE,
+    "list_leases": _LIST_LEASES,
+    "expire_due": _EXPIRE_DUE,
+    "txn": _TXN,
+    "head": _HEAD,
+    "list": _LIST,
+    "changes": _CHANGES,
+}
+
+
+def _lex_range(prefix: str) -> tuple[bytes, bytes]:
+    """A ZRANGEBYLEX range of every member starting with ``prefix``. UTF-8 never contains the
+    byte 0xFF, so ``prefix + 0xFF`` is above every such member."""
+    if not prefix:
+        return b"-", b"+"
+    raw = prefix.encode()
+    return b"[" + raw, b"(" + raw + b"\xff"
+
+
+def _text(value: bytes) -> str:
+    return value.decode()
+
+
+class _PubSubListener(FeedListener):
+    """Wakes a watcher on a pub/sub notification of the store's channel."""
+
+    def __init__(self, store: RedisStore, pubsub: PubSub) -> None:
+        self._store = store
+        self._pubsub = pubsub
+
+    async def wait(self, timeout: float) -> None:
+        try:
+            msg = await self._pubsub.get_message(
+                ignore_subscribe_messages=True, timeout=max(timeout, 0.0)
+            )
+            # Drain what already arrived: a burst of writes costs one re-read of the log, not
+            # one per notification.
+            while msg is not None:
+                msg = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.0)
+        except (RedisError, OSError) as exc:
+            raise self._store._error("waiting for change notifications", exc) from exc
+
+
+class RedisStore(Store):
+    """A :class:`~baton.store.base.Store` in Redis: Lua scripts for atomic writes on the server's
+    clock, a stream as the change log and pub/sub to wake watchers.
+
+    ``url`` is a ``redis://`` or ``rediss://`` URL (any password is kept out of :attr:`url` and
+    every message). ``namespace`` prefixes every key, so independent clusters can share a server.
+    """
+
+    capabilities = Capabilities(multi_host=True, durable=False)
+
+    def __init__(self, url: str, *, namespace: str = "baton", log_limit: int = LOG_LIMIT) -> None:
+        self.url = redact_url(url)
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            raise ConfigError(
+                f"bad Redis URL {self.url!r}: {exc}; expected redis://[:password@]host:port/db"
+            ) from None
+        if log_limit < 1:
+            raise ConfigError(f"bad log_limit {log_limit!r}: keep at least 1 change-log entry")
+        self._raw_url = url
+        self.namespace = namespace
+        prefix = f"{namespace}:"
+        self._prefix = prefix
+        self._channel = f"{prefix}feed"
+        self._keys = [
+            f"{prefix}{name}"
+            for name in ("incarnation", "revision", "log", "records", "leases", "expiry", "epochs")
+        ]
+        self._log_limit = log_limit
+        self._expire_batch = EXPIRE_BATCH
+        self._client: aioredis.Redis | None = None
+        self._scripts: dict[str, AsyncScript] = {}
+        self._connect_lock = asyncio.Lock()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        """Translate a driver exception. redis-py messages name host and port, never the
+        password; they are still passed through the redaction."""
+        detail = redact_url(str(exc)) or type(exc).__name__
+        if isinstance(exc, RedisTimeoutError | TimeoutError):
+            return StoreTimeout(
+                f"Redis store {self.url} did not answer {what} in time ({detail}); "
+                "check the server's load and the network"
+            )
+        return StoreUnavailable(
+            f"Redis store {self.url} failed during {what}: {detail}; check that the server is "
+            "running and reachable"
+        )
+
+    def _require(self) -> aioredis.Redis:
+        if self._client is None:
+            raise StoreUnavailable(
+                f"Redis store {self.url} is not connected: call connect() or use 'async with'"
+            )
+        return self._client
+
+    async def _run(self, script: str, args: Sequence[str | bytes], *, idempotent: bool) -> Any:
+        """Run one of the scripts. An idempotent one is retried once when the connection broke
+        (a pooled connection to a restarted server); the others are not, because the first
+        attempt may have been applied and a second would report a wrong outcome."""
+        client = self._require()
+        full: list[str | bytes] = [
+            self._prefix,
+            self._channel,
+            secrets.token_hex(8),
+            str(self._log_limit),
+            *args,
+        ]
+        attempts = 2 if idempotent else 1
+        for attempt in range(attempts):
+            try:
+                return await self._scripts[script](keys=self._keys, args=full, client=client)
+            except RedisConnectionError as exc:
+                if attempt + 1 < attempts:
+                    continue
+                raise self._error(script.replace("_", " "), exc) from exc
+            except (RedisError, OSError) as exc:
+                raise self._error(script.replace("_", " "), exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Create the connection pool and check the server answers. Idempotent."""
+        async with self._connect_lock:
+            if self._client is not None:
+                return
+            client = aioredis.Redis.from_url(
+                self._raw_url,
+                socket_connect_timeout=CONNECT_TIMEOUT,
+                socket_timeout=SOCKET_TIMEOUT,
+                health_check_interval=HEALTH_CHECK_INTERVAL,
+                # No silent retries in the driver: a retried script could apply twice. _run
+                # retries what is safe to retry.
+                retry=Retry(NoBackoff(), 0),
+                decode_responses=False,
+            )
+            try:
+                await client.ping()
+            except (RedisError, OSError) as exc:
+                with contextlib.suppress(RedisError, OSError):
+                    await client.aclose()
+                raise self._error("connect", exc) from exc
+            self._scripts = {
+                name: client.register_script(_PRELUDE + src) for name, src in _SCRIPTS.items()
+            }
+            self._client = client
+
+    async def close(self) -> None:
+        """Close the connection pool. Leases stay as they are."""
+        async with self._connect_lock:
+            client, self._client = self._client, None
+            if client is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await client.aclose()
+
+    # -- time --------------------------------------------------------------------------------
+
+    async def now(self) -> float:
+        """Redis ``TIME``, in seconds."""
+        client = self._require()
+        for attempt in range(2):
+            try:
+                sec, usec = await client.time()
+                return int(sec) + int(usec) / _US
+            except RedisConnectionError as exc:
+                if attempt == 0:
+                    continue
+                raise self._error("time", exc) from exc
+            except (RedisError, OSError) as exc:
+                raise self._error("time", exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- leases ------------------------------------------------------------------------------
+
+    async def acquire(self, name: str, holder: str, ttl: float) -> Lease | None:
+        check_name("lease name", name)
+        check_name("holder", holder)
+        seconds = check_ttl(ttl)
+        ttl_us = round(seconds * _US)
+        res = await self._run("acquire", [name, holder, str(ttl_us)], idempotent=False)
+        if res is None:
+            return None
+        epoch, exp = (int(x) for x in res)
+        return Lease(name, holder, epoch, seconds, exp / _US)
+
+    async def renew(self, holder: str, leases: Sequence[Lease]) -> dict[str, Lease | None]:
+        check_name("holder", holder)
+        batch = check_same_holder(holder, leases)
+        if not batch:
+            return {}
+        args: list[str | bytes] = [holder]
+        for lease in batch:
+            args.append(lease.name)
+            args.append(str(lease.epoch))
+        res = await self._run("renew", args, idempotent=True)
+        out: dict[str, Lease | None] = {}
+        for lease, exp in zip(batch, res, strict=True):
+            out[lease.name] = (
+                None
+                if exp is None
+                else Lease(lease.name, holder, lease.epoch, lease.ttl, int(exp) / _US)
+            )
+        return out
+
+    async def release(self, lease: Lease, *, successor: str | None = None) -> bool:
+        check_name("lease name", lease.name)
+        check_name("holder", lease.holder)
+        if successor is not None:
+            check_name("successor", successor)
+        res = await self._run(
+            "release",
+            [lease.name, lease.holder, str(lease.epoch), successor or ""],
+            idempotent=False,
+        )
+        return bool(res)
+
+    async def get_lease(self, name: str) -> Lease | None:
+        check_name("lease name", name)
+        res = await self._run("get_lease", [name], idempotent=True)
+        if res is None:
+            return None
+        holder, epoch, ttl_us, exp = res
+        return Lease(name, _text(holder), int(epoch), int(ttl_us) / _US, int(exp) / _US)
+
+    async def list_leases(self, prefix: str = "") -> list[Lease]:
+        lo, hi = _lex_range(prefix)
+        res = await self._run("list_leases", [lo, hi], idempotent=True)
+        return [
+            Lease(_text(res[i]), _text(res[i + 1]), int(res[i + 2]), int(res[i + 3]) / _US,
+                  int(res[i + 4]) / _US)
+            for i in range(0, len(res), 5)
+        ]  # fmt: skip
+
+    async def expire_due(self) -> float | None:
+        res = await self._run("expire_due", [str(self._expire_batch)], idempotent=True)
+        return None if res is None else int(res) / _US
+
+    # -- records -----------------------------------------------------------------------------
+
+    async def get(self, key: str) -> Record | None:
+        check_name("record key", key)
+        client = self._require()
+        for attempt in range(2):
+            try:
+                value, version = await client.hmget(f"{self._prefix}r:{key}", ["value", "version"])
+                break
+            except RedisConnectionError as exc:
+                if attempt == 0:
+                    continue
+                raise self._error("get", exc) from exc
+            except (RedisError, OSError) as exc:
+                raise self._error("get", exc) from exc
+        if not isinstance(value, bytes) or version is None:
+            return None
+        return Record(key, value, int(version))
+
+    async def list(self, prefix: str = "") -> tuple[list[Record], Position]:
+        lo, hi = _lex_range(prefix)
+        res = await self._run("list", [lo, hi], idempotent=True)
+        incarnation, revision = _text(res[0]), int(res[1])
+        records = [
+            Record(_text(res[i]), bytes(res[i + 1]), int(res[i + 2])) for i in range(2, len(res), 3)
+        ]
+        return records, make_position(incarnation, revision)
+
+    async def txn(self, ops: Sequence[Op], conditions: Sequence[Condition] = ()) -> TxnResult:
+        check_ops(ops, conditions)
+        args: list[str | bytes] = [str(len(conditions))]
+        for cond in conditions:
+            if isinstance(cond, VersionIs):
+                args += ["v", check_name("record key", cond.key), str(int(cond.version)), ""]
+            elif isinstance(cond, LeaseHeld):
+                check_name("lease name", cond.name)
+                check_name("holder", cond.holder)
+                args += ["l", cond.name, cond.holder, str(int(cond.epoch))]
+            else:
+                raise ConfigError(f"unknown transaction condition {cond!r}")
+        for op in ops:
+            if isinstance(op, Put):
+                args += ["p", op.key, op.value]
+            elif isinstance(op, Delete):
+                args += ["d", op.key, ""]
+            else:
+                raise ConfigError(f"unknown transaction operation {op!r}")
+        res = await self._run("txn", args, idempotent=False)
+        if int(res[0]) == 1:
+            return TxnResult(ok=True, revision=int(res[1]))
+        failed = tuple(conditions[int(i)] for i in res[1:])
+        return TxnResult(ok=False, revision=None, failed=failed)
+
+    # -- change feed -------------------------------------------------------------------------
+
+    async def head(self) -> Position:
+        res = await self._run("head", [], idempotent=True)
+        return make_position(_text(res[0]), int(res[1]))
+
+    async def _changes_after(
+        self, incarnation: str, revision: int, prefix: str, limit: int
+    ) -> tuple[builtins.list[Change], int]:
+        res = await self._run(
+            "changes",
+            [incarnation, str(revision), prefix, str(max(limit, 1))],
+            idempotent=True,
+        )
+        if res[0] == b"compacted":
+            raise FeedCompacted(
+                f"change-feed position {make_position(incarnation, revision)!r} is no longer "
+                f"available in Redis store {self.url}: {_text(res[1])}; re-read with list() and "
+                "watch from the position it returns"
+            )
+        changes = [self._change(incarnation, entry_id, fields) for entry_id, fields in res[2:]]
+        return changes, int(res[1])
+
+    @staticmethod
+    def _change(incarnation: str, entry_id: bytes, fields: Sequence[bytes]) -> Change:
+        data = dict(zip(fields[::2], fields[1::2], strict=True))
+        revision = int(entry_id.split(b"-", 1)[0])
+        version = data.get(b"ver")
+        holder = data.get(b"h")
+        epoch = data.get(b"e")
+        successor = data.get(b"s")
+        return Change(
+            position=make_position(incarnation, revision),
+            revision=revision,
+            kind=ChangeKind(_text(data[b"k"])),
+            key=_text(data[b"n"]),
+            value=data.get(b"v"),
+            version=None if version is None else int(version),
+            holder=None if holder is None else _text(holder),
+            epoch=None if epoch is None else int(epoch),
+            successor=None if successor is None else _text(successor),
+        )
+
+    @contextlib.asynccontextmanager
+    async def _listen(self) -> AsyncIterator[FeedListener]:
+        client = self._require()
+        pubsub = client.pubsub()
+        try:
+            try:
+                await pubsub.subscribe(self._channel)
+                # SUBSCRIBE travels on its own connection: wait for its confirmation, so that
+                # any write after the watcher's first read is sure to be notified.
+                async with asyncio.timeout(SOCKET_TIMEOUT):
+                    while True:
+                        msg = await pubsub.get_message(timeout=SOCKET_TIMEOUT)
+                        if msg is not None and msg["type"] in ("subscribe", b"subscribe"):
+                            break
+            except TimeoutError as exc:
+                raise self._error("subscribing to change notifications", exc) from exc
+            except (RedisError, OSError) as exc:
+                raise self._error("subscribing to change notifications", exc) from exc
+            yield _PubSubListener(self, pubsub)
+        finally:
+            # PubSub.aclose is not annotated in redis-py; bind it to a typed name to call it.
+            aclose: Callable[[], Awaitable[None]] = pubsub.aclose
+            with contextlib.suppress(RedisError, OSError):
+                await aclose()
+
+
+__all__ = ["RedisStore"]
