@@ -222,11 +222,17 @@ class Election:
         if self.state is State.LEADER:
             with contextlib.suppress(StoreError, TimeoutError):
                 await self._step_down(LossReason.RELEASED, successor=None)
-        for task in (self._task, self._watch_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        tasks = [t for t in (self._task, self._watch_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            # Bounded: a store client stuck on a dead connection must not hang a clean stop.
+            _done, stuck = await asyncio.wait(tasks, timeout=2 * self.timings.request_timeout)
+            for task in stuck:
+                log.warning(
+                    "task did not stop in time",
+                    extra={"election": self.name, "node": self.node_id, "task": task.get_name()},
+                )
         self._task = self._watch_task = None
 
     async def __aenter__(self) -> Self:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from baton.election import Election
-from baton.errors import ConfigError, LeaseLost
+from baton.errors import ConfigError, LeaseLost, NotLeader
 from baton.store import open_store
 from baton.timings import Timings
 
@@ -184,13 +184,23 @@ async def _supervise(
                 )  # fmt: skip
             if exited.done():
                 result = exited.result()
+                if result.why != "exited":
+                    # The guard stopped it (this process was paused past the renew deadline):
+                    # leadership is over whatever the election has noticed so far.
+                    say(
+                        f"lost leadership of {election.name!r}: {argv[0]!r} was stopped "
+                        f"({result.why}, status {result.code})"
+                    )
+                    return EXIT_LOST
                 say(f"{argv[0]!r} exited with status {result.code}; resigning")
-                await election.resign()
+                with contextlib.suppress(NotLeader):
+                    await election.resign()
                 return result.code
             guard.stop()
             result = await exited
             say(f"stopped {argv[0]!r} on signal; resigning")
-            await election.resign()
+            with contextlib.suppress(NotLeader):
+                await election.resign()
             return 128 + stop_signal[0]
     except LeaseLost as exc:
         guard.stop()

@@ -180,20 +180,9 @@ class PostgresServer:
                 self._run("pg_ctl", "-w", "-D", str(self.data), "-m", mode, "stop")
 
     def kill(self) -> None:
-        """SIGKILL the postmaster (a crash); the next start recovers."""
-        pid = self.pid
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.02)
-            # children exit when the postmaster is gone; stale pid file is handled by pg_ctl
-            self.stop("immediate")
+        """Crash the server: an immediate shutdown (SIGQUIT to every backend, no checkpoint),
+        so that clients lose their connections at once, as with a SIGKILL."""
+        self.stop("immediate")
 
     def restart(self) -> None:
         self.stop()

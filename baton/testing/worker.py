@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from baton.testing.fenced import FencedLog
 
@@ -24,6 +25,8 @@ def main() -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
+    # Lets a test check that this process is gone before another leader starts.
+    Path(f"{sys.argv[1]}.{epoch}.pid").write_text(str(os.getpid()))
     while not stop:
         log.append(epoch, holder)
         time.sleep(interval)

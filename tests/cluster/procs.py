@@ -1,0 +1,82 @@
+"""Helpers for multi-process tests: start participants, find the leader from the fenced log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from baton.testing.fenced import Entry, FencedLog
+
+
+class Proc:
+    """A child process whose stdout goes to a file the test can read."""
+
+    def __init__(self, name: str, argv: list[str], out: Path, env: dict[str, str] | None = None):
+        self.name = name
+        self.out = out
+        self.stdout = out.open("wb")
+        self.popen = subprocess.Popen(
+            argv,
+            stdout=self.stdout,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # so a signal aimed at it does not reach the test runner
+        )
+
+    def lines(self) -> list[str]:
+        return self.out.read_text(errors="replace").splitlines()
+
+    def said(self, prefix: str) -> str | None:
+        return next((line for line in self.lines() if line.startswith(prefix)), None)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
+    def signal(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, sig)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.popen.terminate()
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        self.stdout.close()
+
+
+def participant(tmp: Path, url: str, node_id: str, log: Path, ttl: float) -> Proc:
+    argv = [sys.executable, "-m", "baton.testing.participant", url, "lead", node_id, str(log)]
+    return Proc(node_id, [*argv, str(ttl)], tmp / f"{node_id}.out")
+
+
+def elect_proc(tmp: Path, url: str, node_id: str, log: Path, ttl: float) -> Proc:
+    baton = str(Path(sys.executable).with_name("baton"))
+    argv = [baton, "elect", "lead", "--store", url, "--ttl", str(ttl), "--id", node_id, "--"]
+    worker = [sys.executable, "-m", "baton.testing.worker", str(log)]
+    return Proc(node_id, [*argv, *worker], tmp / f"{node_id}.out")
+
+
+def latest(log: FencedLog) -> Entry | None:
+    entries = log.entries()
+    return entries[-1] if entries else None
+
+
+def first_above(log: FencedLog, epoch: int) -> Entry | None:
+    return next((e for e in log.entries() if e.epoch > epoch), None)
+
+
+def last_of(log: FencedLog, epoch: int) -> Entry | None:
+    mine = [e for e in log.entries() if e.epoch == epoch]
+    return mine[-1] if mine else None
+
+
+def now() -> float:
+    return time.monotonic()
