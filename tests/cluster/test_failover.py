@@ -17,7 +17,7 @@ import pytest
 from baton.testing import wait_for
 from baton.testing.fenced import FencedLog
 from baton.timings import Timings
-from tests.cluster.procs import Proc, elect_proc, first_above, last_of, latest, now, participant
+from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest, now, participant
 from tests.conftest import Backend
 
 TTL = 2.0

@@ -1,4 +1,5 @@
-"""Helpers for multi-process tests: start participants, find the leader from the fenced log."""
+"""Real processes for multi-process tests and the demo: election participants (library and
+``baton elect``), signals to kill or pause them, and the leader as the fenced log shows it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from baton.testing.fenced import Entry, FencedLog
 class Proc:
     """A child process whose stdout goes to a file the test can read."""
 
-    def __init__(self, name: str, argv: list[str], out: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self, name: str, argv: list[str], out: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.out = out
         self.stdout = out.open("wb")
@@ -53,11 +56,13 @@ class Proc:
 
 
 def participant(tmp: Path, url: str, node_id: str, log: Path, ttl: float) -> Proc:
+    """A :mod:`baton.testing.participant` process (an :class:`Election` in a process)."""
     argv = [sys.executable, "-m", "baton.testing.participant", url, "lead", node_id, str(log)]
     return Proc(node_id, [*argv, str(ttl)], tmp / f"{node_id}.out")
 
 
 def elect_proc(tmp: Path, url: str, node_id: str, log: Path, ttl: float) -> Proc:
+    """``baton elect lead -- python -m baton.testing.worker LOG`` as participant ``node_id``."""
     baton = str(Path(sys.executable).with_name("baton"))
     argv = [baton, "elect", "lead", "--store", url, "--ttl", str(ttl), "--id", node_id, "--"]
     worker = [sys.executable, "-m", "baton.testing.worker", str(log)]
