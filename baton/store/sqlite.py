@@ -17,6 +17,7 @@ import asyncio
 import builtins
 import contextlib
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -478,39 +479,65 @@ class SQLiteStore(Store):
 
 
 class _DataVersionListener(FeedListener):
-    """Wakes when another connection commits to the file (``PRAGMA data_version`` changes)."""
+    """Wakes when another connection commits to the file (``PRAGMA data_version`` changes).
+
+    The check runs in the listener's own thread with its own connection, so an idle watcher
+    costs one cheap header read every few milliseconds and never wakes the event loop until
+    something changed."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="baton-sqlite-watch")
-        self._db: sqlite3.Connection | None = None
-        self._version = -1
+        self._changed = asyncio.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
-    async def _call(self, fn: Callable[[], T]) -> T:
+    async def open(self) -> None:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def report(exc: BaseException | None) -> None:
+            if not ready.done():
+                ready.set_exception(exc) if exc else ready.set_result(None)
+
+        def poll() -> None:
+            try:
+                db = self._store._open()
+            except (sqlite3.Error, StoreUnavailable) as exc:
+                loop.call_soon_threadsafe(report, exc)
+                return
+            try:
+                version = db.execute("PRAGMA data_version").fetchone()[0]
+                loop.call_soon_threadsafe(report, None)
+                while not self._stop.wait(POLL_INTERVAL):
+                    now = db.execute("PRAGMA data_version").fetchone()[0]
+                    if now != version:
+                        version = now
+                        loop.call_soon_threadsafe(self._changed.set)
+            except sqlite3.Error as exc:
+                self._error = exc
+                loop.call_soon_threadsafe(self._changed.set)
+            except RuntimeError:  # the loop closed under us: nobody is listening any more
+                pass
+            finally:
+                db.close()
+
+        self._thread = threading.Thread(target=poll, name="baton-sqlite-watch", daemon=True)
+        self._thread.start()
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+            await ready
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self._store.url}: {exc}") from exc
 
-    async def open(self) -> None:
-        self._db = await self._call(self._store._open)
-        self._version = await self._call(self._data_version)
-
-    def _data_version(self) -> int:
-        assert self._db is not None
-        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
-
     async def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            version = await self._call(self._data_version)
-            if version != self._version:
-                self._version = version
-                return
-            await asyncio.sleep(min(POLL_INTERVAL, max(0.0, deadline - time.monotonic())))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
+        self._changed.clear()
+        if self._error is not None:
+            raise StoreUnavailable(f"{self._store.url}: {self._error}")
 
     async def close(self) -> None:
-        if self._db is not None:
-            db, self._db = self._db, None
-            await self._call(db.close)
-        self._executor.shutdown(wait=False)
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 1.0)
