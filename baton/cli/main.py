@@ -28,7 +28,8 @@ EXIT_STORE = 1
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    click.echo(f"baton: error: {message}", err=True)
+    # One line whatever the driver put in its message (psycopg's contain newlines).
+    click.echo(f"baton: error: {' '.join(message.split())}", err=True)
     sys.exit(code)
 
 
@@ -43,7 +44,7 @@ def run_async(fn: Callable[[], Awaitable[T]]) -> T:
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
-        fail(f"{exc} (is the store running and the URL right?)", EXIT_STORE)
+        fail(str(exc), EXIT_STORE)
     except BatonError as exc:
         fail(str(exc), EXIT_STORE)
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -130,8 +131,15 @@ class PostgresServer:
     """
 
     def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.directory = Path(directory)
         self.port = port or free_port()
+        self._owned: Path | None = None
+        if os.geteuid() == 0:
+            # The server runs as 'postgres', which cannot enter a root-only temp dir (pytest's
+            # are 0700): keep the cluster in a directory of its own that it can reach.
+            self._owned = Path(tempfile.mkdtemp(prefix="baton-pg-"))
+            self.directory = self._owned
+        else:
+            self.directory = Path(directory)
         self.data = self.directory / "data"
 
     @property
@@ -195,3 +203,5 @@ class PostgresServer:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+        if self._owned is not None:
+            shutil.rmtree(self._owned, ignore_errors=True)

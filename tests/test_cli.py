@@ -1,0 +1,95 @@
+"""The CLI refuses bad input with one line on stderr, a non-zero exit, no traceback, and no
+change to the store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from baton.testing import free_port
+from tests.conftest import Backend
+
+BATON = str(Path(sys.executable).with_name("baton"))
+
+
+def baton(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [BATON, *args], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert res.returncode != 0
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("baton: error: ")
+    assert "Traceback" not in res.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needles"),
+    [
+        (["elect", "job", "--", "true"], 2, ["--store"]),
+        (["elect", "job", "--store", "mysql://h/db", "--", "true"], 2, ["mysql"]),
+        (["elect", "job", "--store", "sqlite://", "--", "true"], 2, ["SQLite URL"]),
+        (["elect", "job", "--store", "SQLITE", "--ttl", "-1", "--", "true"], 2, ["ttl"]),
+        (["elect", "job", "--store", "SQLITE", "--ttl", "x", "--", "true"], 2, ["--ttl"]),
+        (["elect", "job", "--store", "SQLITE", "--", "no-such-command-xyz"], 2, ["not found"]),
+        (["elect", "job", "--store", "SQLITE"], 2, ["COMMAND"]),
+        (["elect", "", "--store", "SQLITE", "--", "true"], 2, ["name"]),
+        (["lease", "show", "--store", "SQLITE"], 2, ["NAME"]),
+        (["lease", "list", "--store", "redis://127.0.0.1:PORT/0"], 1, ["127.0.0.1"]),
+        (["lease", "list", "--store", "postgresql://u:sekret@127.0.0.1:PORT/x"], 1, []),
+        (["lease", "list", "--store", "sqlite:///no/such/dir/x.db"], 1, ["does not exist"]),
+        (["frobnicate"], 2, ["frobnicate"]),
+    ],
+)
+def test_bad_input_is_one_line(
+    tmp_path: Path, args: list[str], code: int, needles: list[str]
+) -> None:
+    db = tmp_path / "s.db"
+    port = str(free_port())
+    args = [a.replace("SQLITE", f"sqlite://{db}").replace("PORT", port) for a in args]
+    res = baton(*args)
+    one_line_error(res, *needles)
+    assert res.returncode == code
+    assert "sekret" not in res.stderr + res.stdout, "a password reached the output"
+    if db.exists():
+        list_ = baton("lease", "list", "--store", f"sqlite://{db}", "--json")
+        assert list_.stdout.strip() == "[]", "bad input changed the store"
+
+
+def test_lease_show_and_list(backend: Backend, tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    async def hold() -> int:
+        async with backend.open() as store:
+            lease = await store.acquire("svc/one", "host-a", 30)
+            assert lease is not None
+            return lease.epoch
+
+    epoch = asyncio.run(hold())
+    shown = baton("lease", "show", "svc/one", "--store", backend.url, "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["holder"] == "host-a" and data["epoch"] == epoch and 0 < data["expires_in"] <= 30
+    listed = json.loads(baton("lease", "list", "--store", backend.url, "--json").stdout)
+    assert [x["name"] for x in listed] == ["svc/one"]
+    text = baton("lease", "show", "svc/one", "--store", backend.url)
+    assert f"held by host-a at epoch {epoch}" in text.stdout
+    free = baton("lease", "show", "svc/two", "--store", backend.url)
+    assert free.returncode == 1 and "free" in free.stdout
+
+
+def test_store_url_from_environment(tmp_path: Path) -> None:
+    res = baton("lease", "list", "--json", env={"BATON_STORE": f"sqlite://{tmp_path / 'e.db'}"})
+    assert res.returncode == 0 and res.stdout.strip() == "[]"
