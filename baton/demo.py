@@ -112,7 +112,10 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
         ok &= good
         resumed_at = time.monotonic()
         paused.signal(signal.SIGCONT)
-        code = wait_for(lambda: paused.popen.poll(), timeout=15, what="the resumed one to exit")
+        wait_for(
+            lambda: paused.popen.poll() is not None, timeout=15, what="the resumed one to exit"
+        )
+        code = paused.popen.returncode
         good = code == 75
         steps.append(
             Step(
@@ -153,7 +156,9 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
     for col in ("step", "time", "detail", "ok"):
         table.add_column(col)
     for s in steps:
-        table.add_row(s.what, f"{s.seconds:.2f}s", s.detail, "[green]yes[/]" if s.ok else "[red]NO[/]")
+        table.add_row(
+            s.what, f"{s.seconds:.2f}s", s.detail, "[green]yes[/]" if s.ok else "[red]NO[/]"
+        )
     console.print(table)
     console.print(f"work directory: {tmp}")
     return ok

@@ -143,8 +143,8 @@ class Guard:
             if self.stopping_since is not None and now >= self.kill_at:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.pid, signal.SIGKILL)
-            timeout = 0.01 if self.stopping_since is not None else min(
-                0.05, max(0.0, self.term_at - now)
+            timeout = (
+                0.01 if self.stopping_since is not None else min(0.05, max(0.0, self.term_at - now))
             )
             fds = [self.control] if control_open else []
             ready, _, _ = select.select(fds, [], [], timeout)

@@ -111,7 +111,7 @@ async def test_leadership_body_is_cancelled_when_lease_lost(backend: Backend) ->
                 started.set()
                 assert term.valid and term.epoch == leader.epoch
                 # Block the whole event loop past the ttl, like a GC or VM pause.
-                time.sleep(FAST.ttl + 0.3)
+                time.sleep(FAST.ttl + 0.3)  # noqa: ASYNC251 - the point of the test
                 await asyncio.sleep(30)  # must be cancelled, not run out
         assert started.is_set()
         assert info.value.reason in (LossReason.EXPIRED, LossReason.PREEMPTED)

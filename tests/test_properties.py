@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,6 +24,7 @@ from tests.conftest import Backend
 
 NAMES = st.sampled_from(["a", "b"])
 HOLDERS = st.sampled_from(["h1", "h2", "h3"])
+T = TypeVar("T")
 
 
 @dataclass
@@ -54,7 +57,7 @@ class LeaseMachine(RuleBasedStateMachine):
         self.run(self.store.connect())
         self.model = Model()
 
-    def run(self, aw):  # type: ignore[no-untyped-def]
+    def run(self, aw: Awaitable[T]) -> T:
         return self.loop.run_until_complete(aw)
 
     @rule(name=NAMES, holder=HOLDERS, ttl=st.sampled_from([0.5, 1.0, 3.0]))

@@ -51,7 +51,9 @@ class GuardProcess:
         self._last: tuple[float, float] = (0.0, 0.0)
         self._exit: asyncio.Future[GuardExit] | None = None
 
-    async def start(self, argv: list[str], env: dict[str, str], term_at: float, kill_at: float) -> None:
+    async def start(
+        self, argv: list[str], env: dict[str, str], term_at: float, kill_at: float
+    ) -> None:
         control_r, control_w = os.pipe()
         report_r, report_w = os.pipe()
         try:
@@ -126,8 +128,13 @@ async def run(name: str, store_url: str, timings: Timings, holder: str, argv: li
     stop = asyncio.Event()
     stop_signal: list[int] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: int) -> None:
+        stop_signal.append(sig)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, lambda s=sig: (stop_signal.append(s), stop.set()))
+        loop.add_signal_handler(sig, on_signal, sig)
     try:
         await election.start()
         say(f"campaigning for {name!r} as {holder!r} on {store.url}")
@@ -169,9 +176,7 @@ async def _supervise(
     try:
         async with election.leadership() as term:
             env = dict(os.environ)
-            env.update(
-                BATON_EPOCH=str(term.epoch), BATON_LEASE=term.name, BATON_HOLDER=term.holder
-            )
+            env.update(BATON_EPOCH=str(term.epoch), BATON_LEASE=term.name, BATON_HOLDER=term.holder)
             say(f"leader of {term.name!r} at epoch {term.epoch}: starting {argv[0]!r}")
             await guard.start(argv, env, *deadlines())
             exited = asyncio.ensure_future(guard.wait_exit())
@@ -212,4 +217,3 @@ async def _supervise(
         return EXIT_LOST
     finally:
         await guard.close()
-

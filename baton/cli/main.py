@@ -79,7 +79,9 @@ def cli() -> None:
 @click.option("--ttl", type=float, default=10.0, show_default=True, help="Lease ttl in seconds.")
 @click.option("--id", "holder", metavar="ID", help="Participant id [default: HOST:PID].")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def elect(name: str, store_url: str | None, ttl: float, holder: str | None, command: tuple[str, ...]) -> None:
+def elect(
+    name: str, store_url: str | None, ttl: float, holder: str | None, command: tuple[str, ...]
+) -> None:
     """Run COMMAND only while leader of NAME (COMMAND after '--').
 
     COMMAND gets BATON_EPOCH, BATON_LEASE and BATON_HOLDER. It is stopped (SIGTERM, then

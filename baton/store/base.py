@@ -58,7 +58,7 @@ import abc
 import builtins
 import contextlib
 import enum
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -199,7 +199,10 @@ class Store(abc.ABC):
     """A coordination store. Safe for concurrent use by many tasks of one event loop.
 
     Every method may raise :class:`~baton.errors.StoreUnavailable` or
-    :class:`~baton.errors.StoreTimeout`; none returns a partial result.
+    :class:`~baton.errors.StoreTimeout`; none returns a partial result. After such an error the
+    outcome of a write is unknown (it may have been applied just before the connection broke):
+    read back before retrying anything that is not idempotent. Epochs make this safe for leases:
+    a lease granted to a caller that never heard of it simply expires.
     """
 
     #: The store URL with secrets removed, fit for logs and messages.
@@ -244,7 +247,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def renew(self, holder: str, leases: Sequence[Lease]) -> dict[str, Lease | None]:
         """Renew every lease in ``leases`` (all held by ``holder``) in one round trip, each for
-        its own ttl. Returns, per name, the renewed lease or None if it was lost."""
+        the ``ttl`` of the given :class:`Lease` (which becomes the lease's ttl at the store).
+        Returns, per name, the renewed lease or None if it was lost."""
 
     @abc.abstractmethod
     async def release(self, lease: Lease, *, successor: str | None = None) -> bool:
@@ -328,7 +332,9 @@ class Store(abc.ABC):
         """A listener that wakes on appends. Entered before the first read, so that no append
         between a read and the wait can be missed."""
 
-    async def watch(self, prefix: str = "", since: Position | None = None) -> AsyncIterator[Change]:
+    async def watch(
+        self, prefix: str = "", since: Position | None = None
+    ) -> AsyncGenerator[Change, None]:
         """Yield every change under ``prefix`` after ``since`` (default: from now), in order,
         forever. Also drives lease expiry: it wakes when the store's soonest lease expiry is due
         and writes the ``expired`` changes (see :meth:`expire_due`)."""

@@ -8,6 +8,7 @@ they are gone.
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ class FencedLog:
         an epoch."""
         entries = self.entries()
         owner: dict[int, str] = {}
-        for prev, cur in zip(entries, entries[1:], strict=False):
+        for prev, cur in itertools.pairwise(entries):
             assert cur.epoch >= prev.epoch, f"epoch went down: {prev} then {cur}"
         for e in entries:
             assert owner.setdefault(e.epoch, e.writer) == e.writer, f"epoch {e.epoch} shared"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 T = TypeVar("T")
+Falsy = None | Literal[False] | Literal[0] | Literal[""]
 
 
 class WaitTimeout(AssertionError):
@@ -16,7 +16,10 @@ class WaitTimeout(AssertionError):
 
 
 def wait_for(
-    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01, what: str = ""
+    predicate: Callable[[], T | Falsy],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    what: str = "",
 ) -> T:
     """Call ``predicate`` until it returns a truthy value and return that value; raise
     :class:`WaitTimeout` after ``timeout`` seconds."""
@@ -30,17 +33,35 @@ def wait_for(
         time.sleep(interval)
 
 
+@overload
 async def await_for(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T | Falsy]],
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+@overload
+async def await_for(
+    predicate: Callable[[], T | Falsy],
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+
+
+async def await_for(
+    predicate: Callable[[], object],
     timeout: float = 10.0,
     interval: float = 0.01,
     what: str = "",
-) -> T:
+) -> object:
     """Async :func:`wait_for`; ``predicate`` may be a plain or an async function."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
-        if inspect.isawaitable(value):
+        if isinstance(value, Awaitable):
             value = await value
         if value:
             return value

@@ -16,8 +16,8 @@ import pytest
 
 from baton.testing import wait_for
 from baton.testing.fenced import FencedLog
-from baton.timings import Timings
 from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest, now, participant
+from baton.timings import Timings
 from tests.conftest import Backend
 
 TTL = 2.0
@@ -45,7 +45,9 @@ def test_sigkill_leader_gives_one_new_leader(
 ) -> None:
     log = FencedLog(tmp_path / "fenced.db")
     make = participant if kind == "library" else elect_proc
-    procs.extend(make(tmp_path, backend.url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3))
+    procs.extend(
+        make(tmp_path, backend.url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3)
+    )
     epoch, leader = leader_of(log, procs)
     killed_at = now()
     leader.kill()
@@ -67,7 +69,9 @@ def test_sigstop_leader_is_fenced_and_steps_down(
 ) -> None:
     log = FencedLog(tmp_path / "fenced.db")
     make = participant if kind == "library" else elect_proc
-    procs.extend(make(tmp_path, backend.url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3))
+    procs.extend(
+        make(tmp_path, backend.url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3)
+    )
     epoch, leader = leader_of(log, procs)
     leader.signal(signal.SIGSTOP)
     new = wait_for(lambda: first_above(log, epoch), TTL + T.election_timeout_max + SLACK + 5)
@@ -83,7 +87,8 @@ def test_sigstop_leader_is_fenced_and_steps_down(
     if kind == "library":
         wait_for(lambda: leader.said(f"lost {epoch}"), timeout=10, what="old leader notices")
     else:
-        code = wait_for(lambda: leader.popen.poll(), timeout=15, what="old supervisor exits")
+        wait_for(lambda: leader.popen.poll() is not None, timeout=15, what="old supervisor exits")
+        code = leader.popen.returncode
         assert code == 75, leader.lines()
         assert any("lost leadership" in line for line in leader.lines())
     log.check()

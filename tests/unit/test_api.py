@@ -12,8 +12,9 @@ from baton.timings import Timings
 
 def test_public_api_is_exactly_this() -> None:
     assert sorted(baton.__all__) == sorted(
-        name for name in dir(baton) if not name.startswith("_") and name[0].isupper()
-        or name in ("open_store", "__version__")
+        name
+        for name in dir(baton)
+        if (not name.startswith("_") and name[0].isupper()) or name in ("open_store", "__version__")
     )
     for name in baton.__all__:
         assert hasattr(baton, name), name
