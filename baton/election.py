@@ -527,7 +527,7 @@ class Election:
     async def _watch(self) -> None:
         """Follow the change feed for this lease and wake the main loop on every change."""
         since = None
-        while True:
+        while not self._stopping:
             try:
                 since = since or await self.store.head()
                 async for change in self.store.watch(self.name, since=since):

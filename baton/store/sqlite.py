@@ -253,11 +253,13 @@ class SQLiteStore(Store):
         def op(db: sqlite3.Connection, now: int) -> dict[str, Lease | None]:
             out: dict[str, Lease | None] = {}
             stmt = (
-                f"UPDATE {p}leases SET exp_us = ? + ttl_us WHERE name = ? AND holder = ? AND "
-                "epoch = ? AND exp_us > ? RETURNING ttl_us, exp_us"
+                f"UPDATE {p}leases SET ttl_us = ?, exp_us = ? + ? WHERE name = ? AND holder = ? "
+                "AND epoch = ? AND exp_us > ? RETURNING ttl_us, exp_us"
             )
             for lease in batch:
-                row = db.execute(stmt, (now, lease.name, holder, lease.epoch, now)).fetchone()
+                ttl_us = int(check_ttl(lease.ttl) * US)
+                args = (ttl_us, now, ttl_us, lease.name, holder, lease.epoch, now)
+                row = db.execute(stmt, args).fetchone()
                 out[lease.name] = (
                     None
                     if row is None

@@ -98,6 +98,18 @@ async def test_renew_many_keeps_epochs_and_extends(store: Store) -> None:
         assert new.expires_at > old.expires_at
 
 
+async def test_renew_takes_the_ttl_it_is_given(store: Store) -> None:
+    from dataclasses import replace
+
+    lease = await store.acquire("t", "n1", 2)
+    assert lease is not None
+    renewed = (await store.renew("n1", [replace(lease, ttl=30)]))["t"]
+    now = await store.now()
+    assert renewed is not None and renewed.ttl == 30 and renewed.expires_at > now + 25
+    got = await store.get_lease("t")
+    assert got is not None and got.ttl == 30 and got.epoch == lease.epoch
+
+
 async def test_renew_after_expiry_fails(store: Store) -> None:
     lease = await store.acquire("short", "n1", 0.2)
     assert lease is not None
@@ -199,8 +211,8 @@ async def test_handover_reserves_lease_for_successor(store: Store) -> None:
 async def test_reservation_lapses_after_ttl(store: Store) -> None:
     lease = await store.acquire("lead", "n1", 0.2)
     assert lease is not None
-    released_at = await store.now()
     assert await store.release(lease, successor="ghost")
+    released_at = await store.now()  # after: the reservation runs from the release itself
     assert await store.acquire("lead", "n3", 5) is None
     await wait_expired(store, released_at + 0.25)
     assert await store.acquire("lead", "n3", 5) is not None
