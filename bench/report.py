@@ -1,0 +1,449 @@
+"""The results as markdown: the tables printed at the end of a run and ``docs/benchmarks.md``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from bench.common import Summary, ms, ratio, secs
+from bench.failover import FailoverResult
+from bench.handover import HandoverResult
+from bench.renewal import RenewRow
+
+#: Failover target: a new leader acts within ttl + this many seconds (p99).
+FAILOVER_SLACK = 0.5
+#: Planned handover target (p99), seconds.
+HANDOVER_TARGET = 0.050
+#: Renewal target for 100k leases on the networked backends, seconds.
+RENEW_100K_TARGET = 1.0
+
+
+@dataclass
+class Results:
+    """Everything one run measured, plus what describes it."""
+
+    mode: str
+    date: str
+    command: str
+    commit: str
+    machine: dict[str, str]
+    duration: float = 0.0
+    load: list[float] = field(default_factory=list)
+    failover: list[FailoverResult] = field(default_factory=list)
+    handover: list[HandoverResult] = field(default_factory=list)
+    renewal: list[RenewRow] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out.extend("| " + " | ".join(row) + " |" for row in rows)
+    return out
+
+
+def _mark(ok: bool) -> str:
+    return "yes" if ok else "**NO**"
+
+
+def _load(pair: tuple[float, float]) -> str:
+    return f"{pair[0]:.2f} / {pair[1]:.2f}"
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+
+def failover_table(results: Sequence[FailoverResult]) -> list[str]:
+    etcd = next((r for r in results if r.system == "etcd"), None)
+    ref = etcd.summary if etcd is not None else Summary.of([])
+    rows = []
+    for r in results:
+        s = r.summary
+        target = r.ttl + FAILOVER_SLACK
+        rows.append(
+            [
+                f"`{r.system}`",
+                str(s.n),
+                secs(s.p50),
+                secs(s.p90),
+                secs(s.p99),
+                secs(s.maximum),
+                secs(s.minimum),
+                ratio(s.p50, ref.p50) if r is not etcd else "1.00x",
+                ratio(s.p99, ref.p99) if r is not etcd else "1.00x",
+                f"{_mark(s.p99 <= target)} (<= {target:g} s)",
+            ]
+        )
+    header = [
+        "system", "trials", "p50", "p90", "p99", "max", "min",
+        "p50 vs etcd", "p99 vs etcd", "p99 on target",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def failover_details(results: Sequence[FailoverResult]) -> list[str]:
+    rows = [
+        [
+            f"`{r.system}`",
+            f"{r.setup:.2f} s",
+            str(r.entries),
+            str(r.refused),
+            r.safety,
+            str(r.discarded),
+            _load(r.load),
+        ]
+        for r in results
+    ]
+    header = [
+        "system", "3 participants ready", "log entries", "refused (stale epoch)",
+        "fenced-log check", "trials discarded", "load before / after",
+    ]  # fmt: skip
+    out = _table(header, rows)
+    out.append("")
+    out.append("Every sample, in seconds from the SIGKILL to the new leader's first write:")
+    out.append("")
+    for r in results:
+        out.append(f"- `{r.system}`: " + ", ".join(f"{x:.3f}" for x in r.samples))
+    return out
+
+
+def handover_table(
+    results: Sequence[HandoverResult], failover: Sequence[FailoverResult]
+) -> list[str]:
+    rows = []
+    for r in results:
+        e, rs = r.elect_summary, r.resign_summary
+        call = Summary.of(r.elect_call)
+        fo = next((f for f in failover if f.system == f"baton/{r.backend}"), None)
+        fo_p50 = fo.summary.p50 if fo is not None else math.nan
+        rows.append(
+            [
+                f"`{r.backend}`",
+                str(e.n),
+                ms(e.p50),
+                ms(e.p99),
+                ms(e.maximum),
+                ms(call.p50),
+                f"{_mark(e.p99 < HANDOVER_TARGET)} (< {HANDOVER_TARGET * 1000:.0f} ms)",
+                ms(rs.p50),
+                ms(rs.p99),
+                ms(rs.maximum),
+                ratio(fo_p50, e.p50),
+            ]
+        )
+    header = [
+        "backend", "trials", "elect p50", "elect p99", "elect max", "elect() call p50",
+        "elect p99 on target", "resign p50", "resign p99", "resign max",
+        "unplanned failover p50 / elect p50",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def renewal_table(rows_in: Sequence[RenewRow]) -> list[str]:
+    rows = []
+    base: dict[str, RenewRow] = {}
+    for r in rows_in:
+        small = base.setdefault(r.backend, r)
+        per_lease = r.median / r.n * 1e6
+        trips = sorted(set(r.round_trips))
+        if r.backend == "sqlite":
+            trips_text = "1 transaction (by construction; embedded, no network)"
+        elif trips:
+            trips_text = "/".join(str(t) for t in trips) + f" ({r.commands})"
+        else:
+            trips_text = "-"
+        target = ""
+        if r.n == 100_000:
+            target = (
+                f"{_mark(r.median < RENEW_100K_TARGET)} (< {RENEW_100K_TARGET:g} s)"
+                if r.backend != "sqlite"
+                else "(no target)"
+            )
+        rows.append(
+            [
+                f"`{r.backend}`",
+                f"{r.n:,}",
+                f"{r.setup:.1f} s",
+                ms(r.median),
+                ms(min(r.times)) if r.times else "-",
+                ms(max(r.times)) if r.times else "-",
+                f"{per_lease:.2f} us",
+                ratio(r.median, small.median) if r is not small else "1.00x",
+                trips_text,
+                ms(r.server_median) if r.server else "-",
+                ms(r.median - r.server_median) if r.server else "-",
+                str(r.lost + r.warmup_lost),
+                target,
+            ]
+        )
+    header = [
+        "backend", "N", "acquire N (setup)", "renew median", "min", "max", "per lease",
+        "median vs N=1", "round trips per renew", "server-side time (median)",
+        "client + network (median - server)", "lost",
+        "100k target",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+# -- the whole document -----------------------------------------------------------------------
+
+
+def machine_section(res: Results) -> list[str]:
+    m = res.machine
+    rows = [
+        ["CPU", f"{m['cpu']} (`/proc/cpuinfo` model name)"],
+        ["cores", f"{m['nproc']} (`nproc`): a 2-core VM"],
+        ["RAM", m["ram"]],
+        ["kernel", m["kernel"]],
+        ["Python", m["python"]],
+        ["SQLite (library)", m["sqlite"]],
+        ["Redis", m["redis"]],
+        ["PostgreSQL", m["postgres"]],
+        ["etcd", m["etcd"]],
+    ]
+    return _table(["", ""], rows)
+
+
+def summary_section(res: Results) -> list[str]:
+    out: list[str] = []
+    baton = [r for r in res.failover if r.system.startswith("baton/")]
+    if baton:
+        parts = [f"{r.system.split('/')[1]} {secs(r.summary.p99)}" for r in baton]
+        ok = all(r.summary.p99 <= r.ttl + FAILOVER_SLACK for r in baton)
+        out.append(
+            f"- **Unplanned failover** (ttl 2 s, target p99 <= 2.5 s): {_mark(ok)}; p99 "
+            + ", ".join(parts)
+            + "."
+        )
+    etcd = next((r for r in res.failover if r.system == "etcd"), None)
+    if etcd is not None:
+        out.append(
+            f"- **etcd election API** (same loop, lease TTL 2 s): p50 {secs(etcd.summary.p50)}, "
+            f"p99 {secs(etcd.summary.p99)}."
+        )
+    if res.handover:
+        ok = all(r.elect_summary.p99 < HANDOVER_TARGET for r in res.handover)
+        parts = [f"{r.backend} {ms(r.elect_summary.p99)}" for r in res.handover]
+        out.append(
+            f"- **Planned handover** `elect()` (target p99 < 50 ms): {_mark(ok)}; p99 "
+            + ", ".join(parts)
+            + "."
+        )
+    if res.renewal:
+        networked = [r for r in res.renewal if r.backend != "sqlite"]
+        same = all(len(set(r.round_trips)) == 1 for r in networked) and (
+            len({r.round_trips[0] for r in networked if r.round_trips}) <= 1
+        )
+        big = [r for r in networked if r.n == 100_000]
+        parts = [f"{r.backend} {ms(r.median)}" for r in res.renewal if r.n == 100_000]
+        line = f"- **Renewal**: same round trips at every N: {_mark(same)}"
+        if big:
+            ok = all(r.median < RENEW_100K_TARGET for r in big)
+            line += f"; 100k leases renewed in < 1 s on Redis and PostgreSQL: {_mark(ok)} ("
+            line += ", ".join(parts) + ")"
+        out.append(line + ".")
+    return out
+
+
+def _election_tasks(r: HandoverResult) -> list[str]:
+    """The election's own tasks among those left running after ``Election.stop()`` (not the
+    store's in-flight queries, which end by themselves once cancelled)."""
+    return [t for t in r.stuck_tasks if t.startswith("election")]
+
+
+def findings(res: Results) -> list[str]:
+    """Notes that depend on what this run observed."""
+    out: list[str] = []
+    for r in res.renewal:
+        if r.n == 100_000 and r.backend != "sqlite" and r.server:
+            out.append(
+                f"Renewing 100k leases on {r.backend}: {ms(r.median)} median at the client, of "
+                f"which {ms(r.server_median)} on the server; the other "
+                f"{ms(r.median - r.server_median)} is the client (encoding the request, "
+                "decoding the answer, building 100k `Lease` objects) and the loopback transfer"
+                + (
+                    ": the 1 s target is missed on the client side."
+                    if r.median >= RENEW_100K_TARGET > r.server_median
+                    else "."
+                )
+            )
+    stuck = [r for r in res.handover if _election_tasks(r)]
+    if stuck:
+        out.append(
+            "`Election.stop()` returned while its own tasks were still running ("
+            + "; ".join(f"{r.backend}: {', '.join(_election_tasks(r))}" for r in stuck)
+            + "). On Redis the change-feed task sometimes absorbs the cancellation while it "
+            "waits for a pub/sub message (`_PubSubListener.wait` -> redis-py "
+            "`PubSub.get_message`), logs `task did not stop in time`, and keeps running after "
+            "the store is closed; `asyncio.run()` can then hang at exit. The benchmark "
+            "cancels leftover tasks again before closing the stores."
+        )
+    return out
+
+
+def document(res: Results) -> str:
+    load = f"{min(res.load):.2f}-{max(res.load):.2f}" if res.load else "unknown"
+    lines: list[str] = [
+        "# Benchmarks",
+        "",
+        f"Measured {res.date} by `{res.command}` ({res.mode} run, {res.duration / 60:.1f} min) "
+        f"on baton {res.commit}. This file is written by `bench/run.py`; re-run `make bench` "
+        "to refresh it.",
+        "",
+        "## Machine",
+        "",
+        *machine_section(res),
+        "",
+        "A **2-core VM**: the store server, three participant processes and the benchmark "
+        "driver share two cores, so every number here includes CPU contention that a real "
+        "deployment (store on its own host) would not have. The 1-minute load average during "
+        f"the run was {load}; it counts the benchmark's own processes too (a renewal of 100k "
+        "leases keeps the client and the server busy). Other people's test suites may run on this "
+        "machine at the same time, so results may be affected by load: above ~1.5 the run "
+        "competed for the CPUs and tails (p99, max) may be inflated. Each benchmark section "
+        "lists the load before and after it.",
+        "",
+        "## How to run",
+        "",
+        "- `make bench`: installs etcd if missing (`BATON_BENCH=1 ./scripts/setup.sh`), then "
+        "`.venv/bin/python -m bench.run`, the full run (about 7 minutes), which rewrites this "
+        "file.",
+        "- `.venv/bin/python -m bench.run --quick`: 3 kills and 10 handovers per backend, N up "
+        "to 10k (about 2 minutes); prints only, unless `--output PATH`.",
+        "- `--only failover|etcd|handover|renewal` (repeatable), `--backend "
+        "sqlite|redis|postgres` (repeatable), `--trials N`, `--wait-idle` (first wait up to 10 "
+        "minutes for a load average below 1.5).",
+        "",
+        "## Summary",
+        "",
+        *summary_section(res),
+        "",
+    ]
+    if res.errors:
+        lines += ["**Benchmarks that failed in this run:**", ""]
+        lines += [f"- {e}" for e in res.errors]
+        lines.append("")
+    if res.failover:
+        lines += [
+            "## 1-2. Unplanned failover (baton on each backend, etcd as the reference)",
+            "",
+            "Three participant processes campaign for one lease (ttl 2 s: baton renews every "
+            "0.4 s, a follower campaigns 50-300 ms after the lease is free) and the leader "
+            "appends `(epoch, id)` to a shared fenced log (`baton.testing.fenced.FencedLog`) "
+            "every 20 ms. A trial waits until a leader is writing, SIGKILLs it after a random "
+            "0-1 s (so that the kill lands at a random point of the renewal cycle), and measures "
+            "from the kill to the **first log entry with a higher epoch**: a new leader "
+            "*acting*, not just elected (the entry's time is the writer's `time.monotonic()`, "
+            "the same host clock as the kill's). A replacement participant is then started and "
+            "the next kill waits until it campaigns, so every kill happens with three "
+            "participants. Each backend gets its own fresh server and namespace.",
+            "",
+            "baton participants run `python -m bench.baton_participant`, which is "
+            "`baton.testing.participant` unchanged plus readiness lines on stdout. etcd "
+            "participants (`bench/etcd_participant.py`) use etcd's election API through its "
+            "JSON gateway: a lease with TTL 2 kept alive every 0.5 s, `POST "
+            "/v3/election/campaign` (blocks until leader), the leader key's creation revision "
+            "as the epoch, the same 20 ms appends while the lease is alive by the local clock. "
+            "etcd is one member on loopback with its data in a temp dir on the VM disk (etcd 3.4 "
+            "has no `--unsafe-no-fsync`, so it fsyncs; Redis runs without persistence and "
+            "PostgreSQL with `fsync=off`, as in baton's tests).",
+            "",
+            "The lower bound for both systems is the lease ttl minus the renewal period (the "
+            "kill lands at a random point between two renewals: baton 1.6-2.0 s, etcd 1.5-2.0 "
+            "s), plus detection (baton: a follower wakes at the lease's expiry by the store "
+            "clock, then waits its random 50-300 ms election timeout; etcd: the lessor revokes "
+            "expired leases every 500 ms and the next candidate's watch fires).",
+            "",
+            *failover_table(res.failover),
+            "",
+            *failover_details(res.failover),
+            "",
+        ]
+    if res.handover:
+        lines += [
+            "## 3. Planned handover and resignation",
+            "",
+            "One process, two `Election`s on the same lease, each with its own store client, "
+            "`Timings.for_ttl(2)`. **elect**: the leader calls `elect(other.node_id)`; measured "
+            "from the call to the other's event stream delivering `NewState(LEADER)` (emitted "
+            "the moment it becomes leader; `is_leader` is checked true). **resign**: the leader "
+            "calls `resign()`; measured until the other leads. A resigned lease is free for "
+            "everyone, so the follower first waits its random 50-300 ms election timeout (no "
+            "stampede), which is what resign measures; `elect` names the successor, which "
+            "campaigns at once. Before each trial both participants agree on the current "
+            "leader. `elect() call` is how long the old leader's call took (stop acting, "
+            "release with the successor named).",
+            "",
+            *handover_table(res.handover, res.failover),
+            "",
+            "Load before / after: "
+            + ", ".join(f"{r.backend} {_load(r.load)}" for r in res.handover)
+            + ".",
+            "",
+        ]
+        stuck = [r for r in res.handover if _election_tasks(r)]
+        if stuck:
+            lines += [
+                "Election tasks still running after `Election.stop()` returned (cancelled "
+                "again by the benchmark): "
+                + "; ".join(f"{r.backend}: {', '.join(_election_tasks(r))}" for r in stuck)
+                + ". See the notes.",
+                "",
+            ]
+    if res.renewal:
+        lines += [
+            "## 4. Renewal cost",
+            "",
+            "One holder acquires N leases (ttl 60 s, concurrent batches of 64 acquires), then "
+            "`store.renew(holder, leases)` is timed: one untimed warm-up call, then 5 timed "
+            "calls; the table gives their median, min and max wall time as the client sees it "
+            "(including building the request and the N returned `Lease` objects). Fresh "
+            "namespace per N, one server per backend.",
+            "",
+            "Round trips are verified on the server: for **Redis**, `INFO commandstats` before "
+            "and after each timed call counts the commands clients sent (those the Lua scripts "
+            "run internally are excluded) and `EVALSHA`'s `usec` gives the server-side time; "
+            "for **PostgreSQL** (`pg_stat_statements` is not loaded), the server logs every "
+            "statement with its duration (`log_min_duration_statement = 0`, switched on only "
+            "for the timed calls) and the `execute` lines are counted; by construction `renew` "
+            "is a single `UPDATE ... FROM unnest(...)` statement sent with one `execute`. "
+            "**SQLite** is embedded: no round trip, and `renew` is one transaction by "
+            "construction (one function on the store's connection thread, one `UPDATE` per "
+            "lease).",
+            "",
+            *renewal_table(res.renewal),
+            "",
+            "Load before / after: "
+            + ", ".join(
+                f"{r.backend} N={r.n:,} {_load(r.load)}" for r in res.renewal if r.n >= 10_000
+            )
+            + ".",
+            "",
+        ]
+    lines += [
+        "## Notes",
+        "",
+        "- Percentiles interpolate linearly between order statistics (numpy's default): with "
+        "20 samples, p99 lies between the 19th and 20th value, so p99 is close to the max; "
+        "treat it as a tail indicator, not a precise 99th percentile.",
+        "- Latencies are wall-clock on a shared 2-core VM; compare systems within one run "
+        "rather than across runs.",
+        *[f"- {n}" for n in [*findings(res), *res.notes]],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def console(res: Results) -> str:
+    """The readable summary printed at the end of a run (the tables without the prose)."""
+    lines = ["", "=== Summary ===", *summary_section(res), ""]
+    if res.failover:
+        lines += ["Unplanned failover:", *failover_table(res.failover), ""]
+    if res.handover:
+        lines += ["Planned handover:", *handover_table(res.handover, res.failover), ""]
+    if res.renewal:
+        lines += ["Renewal:", *renewal_table(res.renewal), ""]
+    if res.errors:
+        lines += ["Failed:", *[f"  {e}" for e in res.errors], ""]
+    return "\n".join(lines)

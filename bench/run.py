@@ -1,0 +1,170 @@
+"""Entry point of the benchmark suite: ``python -m bench.run [--quick] [--only NAME]...``.
+
+Benchmarks (each starts its own servers in a temp dir and stops them):
+
+``failover``  unplanned failover of baton on SQLite, Redis and PostgreSQL (SIGKILL the leader)
+``etcd``      the same failover with etcd's election API, as the reference
+``handover``  planned handover (``elect``) and ``resign`` between two Elections
+``renewal``   one ``renew`` call for N = 1 ... 100k leases, with round trips verified
+
+A full run (no ``--quick``, no ``--only``) writes ``docs/benchmarks.md``; other runs print only,
+unless ``--output`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+
+from bench.common import BACKENDS, REPO, loadavg, machine
+from bench.failover import baton_failover, etcd_failover
+from bench.handover import handover
+from bench.renewal import FULL_SIZES, QUICK_SIZES, renewal
+from bench.report import Results, console, document
+
+NAMES = ("failover", "etcd", "handover", "renewal")
+DOC = REPO / "docs" / "benchmarks.md"
+#: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
+#: IDLE_WAIT seconds.
+IDLE_LOAD = 1.5
+IDLE_WAIT = 600.0
+
+#: Notes added to every report (findings that depend on a run are in report.findings).
+NOTES: list[str] = []
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _commit() -> str:
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+        return out.stdout
+
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "baton").splitlines()]
+    return f"`{head}`" + (f" plus uncommitted changes to {', '.join(dirty)}" if dirty else "")
+
+
+def _wait_idle() -> None:
+    deadline = time.monotonic() + IDLE_WAIT
+    while (load := loadavg()) >= IDLE_LOAD and time.monotonic() < deadline:
+        say(f"waiting for the load average to drop below {IDLE_LOAD} (now {load:.2f})")
+        time.sleep(30)
+
+
+def _attempt(res: Results, what: str, fn: Callable[[], None]) -> None:
+    say(f"--- {what} (load {loadavg():.2f})")
+    res.load.append(loadavg())
+    try:
+        fn()
+    except Exception as exc:
+        traceback.print_exc()
+        res.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+    res.load.append(loadavg())
+
+
+def _failover(res: Results, backend: str, trials: int) -> None:
+    res.failover.append(baton_failover(backend, trials, say))
+
+
+def _etcd(res: Results, trials: int) -> None:
+    res.failover.append(etcd_failover(trials, say))
+
+
+def _handover(res: Results, backend: str, trials: int) -> None:
+    res.handover.append(handover(backend, trials, say))
+
+
+def _renewal(res: Results, backend: str, sizes: Sequence[int]) -> None:
+    res.renewal.extend(renewal(backend, sizes, say))
+
+
+def run(names: Sequence[str], backends: Sequence[str], quick: bool, trials: int | None) -> Results:
+    res = Results(
+        mode="quick" if quick else "full",
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        command="python -m bench.run " + " ".join(sys.argv[1:]),
+        commit=_commit(),
+        machine=machine(),
+        notes=list(NOTES),
+    )
+    if res.command.strip() == "python -m bench.run":
+        res.command = "make bench"
+    started = time.monotonic()
+    kills = trials or (3 if quick else 20)
+    handovers = trials or (10 if quick else 50)
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    jobs: list[tuple[str, Callable[[], None]]] = []
+    if "failover" in names:
+        for b in backends:
+            jobs.append((f"unplanned failover, baton on {b}", partial(_failover, res, b, kills)))
+    if "etcd" in names:
+        jobs.append(("unplanned failover, etcd", partial(_etcd, res, kills)))
+    if "handover" in names:
+        for b in backends:
+            jobs.append((f"planned handover on {b}", partial(_handover, res, b, handovers)))
+    if "renewal" in names:
+        for b in backends:
+            jobs.append((f"renewal cost on {b}", partial(_renewal, res, b, sizes)))
+    for what, job in jobs:
+        _attempt(res, what, job)
+    res.duration = time.monotonic() - started
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description="baton's benchmark suite (see docs/benchmarks.md)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="few trials, N up to 10k (a smoke run, minutes)"
+    )
+    parser.add_argument(
+        "--only", action="append", choices=NAMES, metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(NAMES)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--backend", action="append", choices=BACKENDS, metavar="BACKEND",
+        help=f"run baton's benchmarks only on this backend (repeatable): {', '.join(BACKENDS)}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--trials", type=int, metavar="N", help="failover kills and handovers per backend"
+    )
+    parser.add_argument(
+        "--output", type=Path, metavar="PATH",
+        help=f"write the markdown report here (default for a full run: {DOC.relative_to(REPO)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--wait-idle", action="store_true",
+        help=f"first wait (up to {IDLE_WAIT / 60:.0f} min) for a load average below {IDLE_LOAD}",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.trials is not None and args.trials < 1:
+        parser.error("--trials must be at least 1")
+    names: list[str] = args.only or list(NAMES)
+    backends: list[str] = args.backend or list(BACKENDS)
+    full = not args.quick and args.only is None and args.backend is None and args.trials is None
+    output: Path | None = args.output or (DOC if full else None)
+    if args.wait_idle:
+        _wait_idle()
+    res = run(names, backends, args.quick, args.trials)
+    say(console(res))
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(document(res))
+        say(f"wrote {output}")
+    say(f"done in {res.duration / 60:.1f} min")
+    return 1 if res.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
