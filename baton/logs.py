@@ -49,3 +49,8 @@ def setup(level: int = logging.WARNING) -> None:
     root.addHandler(handler)
     root.setLevel(level)
     root.propagate = False
+    # Drivers log through the root logger: give them the same format instead of Python's bare
+    # last-resort output. psycopg warns when a cancelled query closes its connection, which is
+    # how a store call is abandoned on purpose (a deadline or a stop): not worth a warning.
+    logging.getLogger().addHandler(handler)
+    logging.getLogger("psycopg").setLevel(logging.ERROR)

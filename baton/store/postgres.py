@@ -81,6 +81,7 @@ from baton.store.base import (
     Store,
     TxnResult,
     VersionIs,
+    bulk_allocation,
     check_name,
     check_ops,
     check_same_holder,
@@ -210,7 +211,9 @@ _RENEW = """
 WITH now AS (SELECT {now} AS us),
 renewed AS (
     UPDATE {s}.leases l SET exp_us = now.us + r.ttl_us, ttl_us = r.ttl_us
-    FROM now, unnest(%(names)b::text[], %(epochs)b::bigint[], %(ttls)b::bigint[])
+    FROM now, unnest(string_to_array(%(names)s::text, E'\x1f'),
+                     string_to_array(%(epochs)s::text, ',')::bigint[],
+                     string_to_array(%(ttls)s::text, ',')::bigint[])
                   WITH ORDINALITY AS r(name, epoch, ttl_us, i)
     WHERE l.name = r.name AND l.epoch = r.epoch AND l.holder = %(holder)s AND l.exp_us > now.us
     RETURNING r.i
@@ -823,19 +826,23 @@ class PostgresStore(Store):
             for lease in batch:
                 check_ttl(lease.ttl)
         names = [lease.name for lease in batch]
+        # Three delimited strings rather than three arrays: adapting 100k array elements one
+        # by one in Python cost more than the server's whole UPDATE. Names cannot contain the
+        # unit separator (they are printable, see check_name).
         params = {
-            "names": names,
-            "epochs": [lease.epoch for lease in batch],
-            "ttls": ttls,
+            "names": "\x1f".join(names),
+            "epochs": ",".join([str(lease.epoch) for lease in batch]),
+            "ttls": ",".join(map(str, ttls)),
             "holder": holder,
             "n": len(batch),
         }
         rows = await self._rows(self._renew, params, f"renewing {len(batch)} leases")
         now_us, lost = rows[0]
-        out: dict[str, Lease | None] = {
-            lease.name: Lease(lease.name, holder, lease.epoch, lease.ttl, (now_us + ttl) / _US)
-            for lease, ttl in zip(batch, ttls, strict=True)
-        }
+        with bulk_allocation():
+            out: dict[str, Lease | None] = {
+                lease.name: Lease(lease.name, holder, lease.epoch, lease.ttl, (now_us + ttl) / _US)
+                for lease, ttl in zip(batch, ttls, strict=True)
+            }
         for i in lost or ():
             out[names[i - 1]] = None
         return out

@@ -83,6 +83,7 @@ from baton.store.base import (
     Store,
     TxnResult,
     VersionIs,
+    bulk_allocation,
     check_name,
     check_ops,
     check_same_holder,
@@ -769,11 +770,12 @@ class RedisStore(Store):
         # Leases renewed together mostly share a ttl: compute each distinct expiry once.
         expiry: dict[int, float] = {}
         out: dict[str, Lease | None] = {}
-        for lease, ttl in zip(batch, ttls, strict=True):
-            at = expiry.get(ttl)
-            if at is None:
-                at = expiry[ttl] = (start + ttl) / _US
-            out[lease.name] = Lease(lease.name, holder, lease.epoch, lease.ttl, at)
+        with bulk_allocation():
+            for lease, ttl in zip(batch, ttls, strict=True):
+                at = expiry.get(ttl)
+                if at is None:
+                    at = expiry[ttl] = (start + ttl) / _US
+                out[lease.name] = Lease(lease.name, holder, lease.epoch, lease.ttl, at)
         if lost:
             for i in bytes(lost).split(b","):
                 out[batch[int(i) - 1].name] = None

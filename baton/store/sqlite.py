@@ -40,6 +40,7 @@ from baton.store.base import (
     Store,
     TxnResult,
     VersionIs,
+    bulk_allocation,
     check_name,
     check_ops,
     check_same_holder,
@@ -251,6 +252,10 @@ class SQLiteStore(Store):
         p = self._p
 
         def op(db: sqlite3.Connection, now: int) -> dict[str, Lease | None]:
+            with bulk_allocation():
+                return renew_all(db, now)
+
+        def renew_all(db: sqlite3.Connection, now: int) -> dict[str, Lease | None]:
             out: dict[str, Lease | None] = {}
             stmt = (
                 f"UPDATE {p}leases SET ttl_us = ?, exp_us = ? + ? WHERE name = ? AND holder = ? "
