@@ -22,8 +22,8 @@ from pathlib import Path
 
 from baton.testing.fenced import FencedLog
 from baton.testing.processes import Proc
+from baton.testing.servers import EtcdServer
 from bench.common import REPO, BenchError, LogReader, Summary, backend_url, loadavg, poll, temp_dir
-from bench.etcd_server import EtcdServer
 
 #: The lease ttl of every participant (seconds).
 TTL = 2.0

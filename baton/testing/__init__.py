@@ -5,7 +5,15 @@ Tests built on it never sleep and then assert: they wait for a condition with a 
 """
 
 from baton.testing.fenced import FencedLog
-from baton.testing.servers import PostgresServer, RedisServer, free_port
+from baton.testing.servers import EtcdServer, PostgresServer, RedisServer, free_port
 from baton.testing.waiting import await_for, wait_for
 
-__all__ = ["FencedLog", "PostgresServer", "RedisServer", "await_for", "free_port", "wait_for"]
+__all__ = [
+    "EtcdServer",
+    "FencedLog",
+    "PostgresServer",
+    "RedisServer",
+    "await_for",
+    "free_port",
+    "wait_for",
+]

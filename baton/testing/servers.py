@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -51,39 +52,13 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
             time.sleep(0.02)
 
 
-class RedisServer:
-    """A ``redis-server`` child process without persistence (so a restart loses every key, the
-    case baton's epochs must survive)."""
+class ChildServer:
+    """A server run as a child process of this one, stopped by PID (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
-        self.directory = Path(directory)
-        self.port = port or free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+    proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Self:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            raise ServerError("redis-server is not installed: apt-get install redis-server")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(self.directory),
-                "--logfile", str(self.directory / "redis.log"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        wait_port(self.port)
-        return self
+        raise NotImplementedError
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -121,6 +96,95 @@ class RedisServer:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class RedisServer(ChildServer):
+    """A ``redis-server`` child process without persistence (so a restart loses every key, the
+    case baton's epochs must survive)."""
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        self.directory = Path(directory)
+        self.port = port or free_port()
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> Self:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise ServerError("redis-server is not installed: apt-get install redis-server")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [
+                exe,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(self.directory),
+                "--logfile", str(self.directory / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_port(self.port)
+        return self
+
+
+class EtcdServer(ChildServer):
+    """A one-node ``etcd`` on free loopback ports with its data in ``directory``: the reference
+    the benchmarks compare baton with. ``url`` is also its JSON gateway (``/v3/...``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def start(self) -> Self:
+        exe = shutil.which("etcd")
+        if exe is None:
+            raise ServerError("etcd is not installed: apt-get install etcd-server etcd-client")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        with (self.directory / "etcd.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    exe,
+                    "--name", "baton-ref",
+                    "--data-dir", str(self.directory / "data"),
+                    "--listen-client-urls", self.url,
+                    "--advertise-client-urls", self.url,
+                    "--listen-peer-urls", peer,
+                    "--initial-advertise-peer-urls", peer,
+                    "--initial-cluster", f"baton-ref={peer}",
+                    "--initial-cluster-state", "new",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        deadline = time.monotonic() + 15
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(
+                    f"etcd did not become healthy on {self.url}; see {self.directory / 'etcd.log'}"
+                )
+            time.sleep(0.02)
+        return self
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as res:
+                return bool(res.status == 200)
+        except OSError:
+            return False
 
 
 class PostgresServer:

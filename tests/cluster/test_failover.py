@@ -34,6 +34,16 @@ def procs() -> Iterator[list[Proc]]:
         p.stop()
 
 
+def start_three(
+    kind: str, url: str, tmp_path: Path, procs: list[Proc]
+) -> tuple[FencedLog, int, Proc]:
+    """Three participants of ``kind`` on one fenced log; returns it, the epoch and leader."""
+    log = FencedLog(tmp_path / "fenced.db")
+    make = participant if kind == "library" else elect_proc
+    procs.extend(make(tmp_path, url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3))
+    return (log, *leader_of(log, procs))
+
+
 def leader_of(log: FencedLog, procs: list[Proc]) -> tuple[int, Proc]:
     entry = wait_for(lambda: latest(log), timeout=30, what="a leader writing")
     return entry.epoch, next(p for p in procs if p.name == entry.writer)
@@ -43,12 +53,7 @@ def leader_of(log: FencedLog, procs: list[Proc]) -> tuple[int, Proc]:
 def test_sigkill_leader_gives_one_new_leader(
     backend: Backend, tmp_path: Path, procs: list[Proc], kind: str
 ) -> None:
-    log = FencedLog(tmp_path / "fenced.db")
-    make = participant if kind == "library" else elect_proc
-    procs.extend(
-        make(tmp_path, backend.url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3)
-    )
-    epoch, leader = leader_of(log, procs)
+    log, epoch, leader = start_three(kind, backend.url, tmp_path, procs)
     killed_at = now()
     leader.kill()
     new = wait_for(lambda: first_above(log, epoch), TTL + T.election_timeout_max + SLACK + 5)
@@ -67,12 +72,7 @@ def test_sigkill_leader_gives_one_new_leader(
 def test_sigstop_leader_is_fenced_and_steps_down(
     backend: Backend, tmp_path: Path, procs: list[Proc], kind: str
 ) -> None:
-    log = FencedLog(tmp_path / "fenced.db")
-    make = participant if kind == "library" else elect_proc
-    procs.extend(
-        make(tmp_path, backend.url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3)
-    )
-    epoch, leader = leader_of(log, procs)
+    log, epoch, leader = start_three(kind, backend.url, tmp_path, procs)
     leader.signal(signal.SIGSTOP)
     new = wait_for(lambda: first_above(log, epoch), TTL + T.election_timeout_max + SLACK + 5)
     old_last = last_of(log, epoch)
