@@ -185,6 +185,10 @@ class Election:
         self._callbacks: list[Callable[[ElectionEvent], None]] = []
         self._stopping = False
         self._newest_epoch = 0  # highest lease epoch seen from any source
+        #: Called with the seconds each successful renewal took (for metrics).
+        self.renewal_observer: Callable[[float], None] | None = None
+        #: Called with a short operation name when a store call fails (for metrics).
+        self.error_observer: Callable[[str], None] | None = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -428,6 +432,8 @@ class Election:
             except asyncio.CancelledError:
                 raise
             except (StoreError, TimeoutError) as exc:
+                if self.error_observer is not None:
+                    self.error_observer("campaign")
                 log.warning(
                     "store call failed",
                     extra={"election": self.name, "node": self.node_id, "error": str(exc)},
@@ -499,6 +505,8 @@ class Election:
                 async with asyncio.timeout(budget):
                     renewed = (await self.store.renew(self.node_id, [lease]))[lease.name]
             except (StoreError, TimeoutError) as exc:
+                if self.error_observer is not None:
+                    self.error_observer("renew")
                 log.warning(
                     "renewal failed",
                     extra={"election": self.name, "node": self.node_id, "error": str(exc)},
@@ -512,6 +520,8 @@ class Election:
                 return
             lease = self._lease = renewed
             self._valid_until = sent_at + t.renew_deadline
+            if self.renewal_observer is not None:
+                self.renewal_observer(time.monotonic() - sent_at)
             next_renewal = sent_at + t.renew_interval
 
     async def _why_lost(self, lease: Lease, *, unreachable: bool) -> LossReason:

@@ -11,6 +11,7 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -99,6 +100,20 @@ def elect(
     who = holder or f"{socket.gethostname()}:{os.getpid()}"
     code = run_async(lambda: elect_mod.run(name, url, timings, who, argv))
     sys.exit(code)
+
+
+@cli.command()
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="TOML file (env BATON_*)."
+)
+def node(config_path: Path | None) -> None:
+    """Run a node agent: membership, controller election, the HTTP API."""
+    from baton.node import config as node_config
+    from baton.node.run import serve
+
+    cfg = node_config.load(config_path)
+    logs.setup(logging.INFO)
+    run_async(lambda: serve(cfg))
 
 
 @cli.group()

@@ -1,0 +1,168 @@
+"""The node agent: one per host. It holds a membership lease and record, campaigns for the
+controller role, serves the authenticated HTTP API, and stops gracefully (releasing its leases so
+a successor takes over at once).
+
+Membership is an :class:`~baton.election.Election` with a single candidate (the node itself) on
+``members/<node_id>``: the same renewal, deadline and loss handling as any leadership. A node
+whose previous incarnation still holds that lease waits for it to expire, as it must: the old
+process may still be running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from baton import __version__
+from baton.election import Election
+from baton.errors import ConfigError, StoreError
+from baton.node.config import NodeConfig
+from baton.node.metrics import NodeMetrics
+from baton.store import ChangeKind, Store, open_store
+
+log = logging.getLogger("baton.node")
+
+CONTROLLER = "controller"
+MEMBERS = "members/"
+NODES = "nodes/"
+#: Role name -> the lease whose epoch fences that role's commands.
+ROLE_LEASES = {"controller": CONTROLLER}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What a node publishes about itself (record ``nodes/<id>``)."""
+
+    id: str
+    address: str
+    version: str
+    capacity: int
+    labels: dict[str, str]
+    started_at: float
+
+
+class NodeAgent:
+    """Runs a node until ``stop`` is set. ``store`` may be given to share a client in tests."""
+
+    def __init__(self, config: NodeConfig, store: Store | None = None) -> None:
+        self.config = config
+        self.timings = config.timings.build()
+        self.store = store or open_store(config.store)
+        self.metrics = NodeMetrics(config.node_id)
+        self.membership = Election(
+            self.store, MEMBERS + config.node_id, config.node_id, self.timings
+        )
+        self.controller = Election(self.store, CONTROLLER, config.node_id, self.timings)
+        self.metrics.watch(self.membership, "membership")
+        self.metrics.watch(self.controller, "controller")
+        self.started_at = time.time()
+        #: Highest epoch seen per role, from commands and the store (never goes down).
+        self.seen_epochs: dict[str, int] = {}
+        #: Node id -> store-clock time its membership lapsed (as observed by this node).
+        self.down_since: dict[str, float] = {}
+        self._watch_task: asyncio.Task[None] | None = None
+
+    @property
+    def node_id(self) -> str:
+        return self.config.node_id
+
+    def record(self) -> NodeRecord:
+        c = self.config
+        return NodeRecord(
+            c.node_id, c.advertised, __version__, c.capacity, dict(c.labels), self.started_at
+        )
+
+    async def start(self) -> None:
+        """Connect, take membership, publish the node record, campaign for controller."""
+        await self.store.connect()
+        await self.membership.start()
+        log.info("waiting for membership lease", extra={"node": self.node_id})
+        term = await self.membership.wait_leadership(timeout=self.timings.ttl * 3)
+        body = json.dumps(asdict(self.record()), sort_keys=True).encode()
+        res = await self.store.put(NODES + self.node_id, body, lease=term.lease)
+        if not res.ok:
+            raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
+        await self.controller.start()
+        self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
+        log.info("node started", extra={"node": self.node_id, "epoch": term.epoch})
+
+    async def stop(self) -> None:
+        """Resign every role and release membership, so successors start at once."""
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch_task
+        await self.controller.stop()
+        await self.membership.stop()
+        await self.store.close()
+        log.info("node stopped", extra={"node": self.node_id})
+
+    async def _watch_members(self) -> None:
+        since = None
+        while True:
+            try:
+                since = since or await self.store.head()
+                async for change in self.store.watch(MEMBERS, since=since):
+                    since = change.position
+                    node = change.key.removeprefix(MEMBERS)
+                    if change.kind in (ChangeKind.EXPIRED, ChangeKind.RELEASED):
+                        self.down_since[node] = await self.store.now()
+                    elif change.kind is ChangeKind.ACQUIRED:
+                        self.down_since.pop(node, None)
+            except asyncio.CancelledError:
+                raise
+            except StoreError as exc:
+                self.metrics.store_errors.labels(operation="watch").inc()
+                log.warning("member watch failed", extra={"node": self.node_id, "error": str(exc)})
+                since = None
+                await asyncio.sleep(self.timings.renew_interval)
+
+    async def status(self) -> dict[str, Any]:
+        """This node, every known node (live, suspect or dead), the controller, our leases."""
+        records, _ = await self.store.list(NODES)
+        leases = {x.name: x for x in await self.store.list_leases(MEMBERS)}
+        now = await self.store.now()
+        grace = 2 * self.timings.ttl
+        nodes = []
+        for rec in records:
+            info = json.loads(rec.value)
+            lease = leases.get(MEMBERS + info["id"])
+            if lease is not None:
+                state = "live"
+            else:
+                down = self.down_since.get(info["id"])
+                state = "suspect" if down is not None and now - down < grace else "dead"
+            nodes.append({**info, "state": state, "epoch": lease.epoch if lease else None})
+        ctl = await self.store.get_lease(CONTROLLER)
+        mine = [
+            {"name": x.name, "epoch": x.epoch, "expires_in": round(x.expires_at - now, 3)}
+            for x in await self.store.list_leases()
+            if x.holder == self.node_id
+        ]
+        return {
+            "node": {**asdict(self.record()), "is_controller": self.controller.is_leader},
+            "nodes": nodes,
+            "controller": {"id": ctl.holder, "epoch": ctl.epoch} if ctl else None,
+            "leases": mine,
+        }
+
+    async def check_command(self, sender: str, role: str, epoch: int) -> tuple[bool, str]:
+        """Whether a command from ``sender`` acting as ``role`` at ``epoch`` may be obeyed: the
+        store must say the sender holds the role's lease at exactly that epoch, and no higher
+        epoch may have been seen. Returns (accepted, reason)."""
+        name = ROLE_LEASES.get(role)
+        if name is None:
+            raise ConfigError(f"unknown role {role!r}: expected one of {sorted(ROLE_LEASES)}")
+        current = await self.store.get_lease(name)
+        highest = max(self.seen_epochs.get(role, 0), current.epoch if current else 0)
+        self.seen_epochs[role] = highest
+        if epoch < highest:
+            return False, f"stale epoch {epoch}: {role} epoch is now {highest}"
+        if current is None or current.holder != sender or current.epoch != epoch:
+            return False, f"{sender} does not hold {role} at epoch {epoch}"
+        return True, "ok"

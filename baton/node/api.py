@@ -1,0 +1,98 @@
+"""The node's HTTP API (FastAPI on uvicorn), with an OpenAPI document at ``/openapi.json``.
+
+Every route except ``/healthz`` needs the cluster token as a Bearer token. A missing or wrong
+token gets 401 with no detail; tokens are compared in constant time and never logged. Commands
+between nodes carry the sender's role and epoch; a stale one gets 409 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from baton import __version__
+from baton.node.agent import NodeAgent
+
+
+class Health(BaseModel):
+    ok: bool
+    node: str
+
+
+class Command(BaseModel):
+    """A node-to-node command, fenced by the sender's role epoch."""
+
+    model_config = ConfigDict(extra="forbid")
+    sender: str = Field(min_length=1, max_length=128)
+    role: Literal["controller"]
+    epoch: int = Field(ge=1, le=2**62)
+    command: Literal["noop"]
+
+
+class CommandResult(BaseModel):
+    accepted: bool
+    detail: str
+
+
+def build_app(agent: NodeAgent) -> FastAPI:
+    token = agent.config.cluster_token.encode()
+    app = FastAPI(
+        title="baton node API",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    def authorize(request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        ok = scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token)
+        if not ok:
+            raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"})
+
+    auth = [Depends(authorize)]
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Any) -> Response:
+        started = time.monotonic()
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        agent.metrics.requests.labels(request.method, path, str(response.status_code)).inc()
+        response.headers["x-baton-node"] = agent.node_id
+        response.headers["server-timing"] = f"app;dur={(time.monotonic() - started) * 1000:.1f}"
+        return response
+
+    @app.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        """Liveness: answers without a token."""
+        return Health(ok=True, node=agent.node_id)
+
+    @app.get("/v1/status", dependencies=auth)
+    async def status() -> dict[str, Any]:
+        """This node, the cluster's nodes, the controller and its epoch, our leases."""
+        return await agent.status()
+
+    @app.get("/metrics", response_class=Response, dependencies=auth)
+    async def metrics() -> Response:
+        """Prometheus metrics."""
+        return Response(agent.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.post(
+        "/v1/commands",
+        response_model=CommandResult,
+        responses={409: {"model": CommandResult, "description": "stale or wrong epoch"}},
+        dependencies=auth,
+    )
+    async def command(cmd: Command) -> JSONResponse:
+        """Obey a command only if the store says its sender holds the role at that epoch."""
+        ok, detail = await agent.check_command(cmd.sender, cmd.role, cmd.epoch)
+        result = CommandResult(accepted=ok, detail=detail)
+        return JSONResponse(result.model_dump(), status_code=200 if ok else 409)
+
+    return app

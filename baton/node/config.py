@@ -1,0 +1,228 @@
+"""Node configuration: a TOML file, overridden key by key by ``BATON_*`` environment variables,
+validated as a whole before anything starts.
+
+::
+
+    node_id = "node-a"
+    listen = "127.0.0.1:7400"          # host:port the API binds
+    advertise = "10.0.0.5:7400"        # what other nodes use (default: listen)
+    store = "redis://10.0.0.9:6379/0"
+    token_file = "/etc/baton/token"    # or token = "..." (at least 16 characters)
+    data_dir = "/var/lib/baton"
+    capacity = 100
+    labels = { zone = "a" }
+
+    [timings]                          # Timings; missing values scale from ttl
+    ttl = 10
+
+    [spark]
+    master = "local[*]"                # or remote = "sc://host:15002"
+    conf = { "spark.sql.shuffle.partitions" = "8" }
+
+Environment: ``BATON_NODE_ID``, ``BATON_LISTEN``, ``BATON_ADVERTISE``, ``BATON_STORE``,
+``BATON_TOKEN``, ``BATON_TOKEN_FILE``, ``BATON_DATA_DIR``, ``BATON_CAPACITY``, ``BATON_LABELS``
+(``k=v,k=v``), ``BATON_TTL``, ``BATON_SPARK_MASTER``, ``BATON_SPARK_REMOTE``.
+
+A bad or missing value raises :class:`~baton.errors.ConfigError` with one line naming the key,
+the value (never the token's) and what is expected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from baton.errors import ConfigError, redact_url
+from baton.store import open_store
+from baton.timings import Timings
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_ADDR = re.compile(r"^(?P<host>[A-Za-z0-9.:\[\]-]+):(?P<port>\d{1,5})$")
+SECRET_KEYS = {"token"}
+
+
+class SparkConfig(BaseModel):
+    """Where the node's Spark work runs (used by the data pipeline)."""
+
+    model_config = ConfigDict(extra="forbid")
+    master: str | None = None
+    remote: str | None = None
+    conf: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> SparkConfig:
+        if self.master and self.remote:
+            raise ValueError("give spark.master or spark.remote, not both")
+        if not self.master and not self.remote:
+            self.master = "local[*]"
+        return self
+
+
+class TimingsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ttl: float = 10.0
+    renew_interval: float | None = None
+    renew_deadline: float | None = None
+    request_timeout: float | None = None
+    election_timeout_min: float | None = None
+    election_timeout_max: float | None = None
+
+    def build(self) -> Timings:
+        given = {k: v for k, v in self.model_dump().items() if v is not None and k != "ttl"}
+        return Timings.for_ttl(self.ttl, **given)
+
+
+class NodeConfig(BaseModel):
+    """A validated node configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_id: str
+    listen: str = "127.0.0.1:7400"
+    advertise: str | None = None
+    store: str
+    token: str | None = Field(default=None, repr=False)
+    token_file: Path | None = None
+    data_dir: Path
+    capacity: int = Field(default=100, ge=1, le=1_000_000)
+    labels: dict[str, str] = Field(default_factory=dict)
+    timings: TimingsConfig = Field(default_factory=TimingsConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @field_validator("node_id")
+    @classmethod
+    def _node_id(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError("use 1-63 letters, digits, '.', '_' or '-', starting alphanumeric")
+        return v
+
+    @field_validator("listen", "advertise")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = _ADDR.match(v)
+        if not m or not 0 <= int(m["port"]) <= 65535:
+            raise ValueError("expected host:port, for example 127.0.0.1:7400")
+        return v
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, v: str) -> str:
+        try:
+            open_store(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _token(self) -> NodeConfig:
+        if self.token is None and self.token_file is None:
+            raise ValueError("no cluster token: set token_file (or token, or BATON_TOKEN)")
+        if self.token is not None and len(self.token) < 16:
+            raise ValueError("token: too short; use at least 16 characters")
+        if self.token is None and self.token_file is not None:
+            try:
+                text = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ValueError(
+                    f"token_file: cannot read {self.token_file}: {exc.strerror}"
+                ) from None
+            if len(text) < 16:
+                raise ValueError(f"token_file: {self.token_file} holds fewer than 16 characters")
+            object.__setattr__(self, "token", text)
+        try:
+            self.timings.build()  # contradictions surface here, naming the values
+        except ConfigError as exc:
+            raise ValueError(f"timings: {exc}") from None
+        return self
+
+    @property
+    def cluster_token(self) -> str:
+        assert self.token is not None
+        return self.token
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise or self.listen
+
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+    def safe_dict(self) -> dict[str, Any]:
+        """The configuration for display: no token, store password redacted."""
+        out = self.model_dump(mode="json", exclude={"token"})
+        out["store"] = redact_url(self.store)
+        return out
+
+
+_ENV: dict[str, tuple[str, ...]] = {
+    "BATON_NODE_ID": ("node_id",),
+    "BATON_LISTEN": ("listen",),
+    "BATON_ADVERTISE": ("advertise",),
+    "BATON_STORE": ("store",),
+    "BATON_TOKEN": ("token",),
+    "BATON_TOKEN_FILE": ("token_file",),
+    "BATON_DATA_DIR": ("data_dir",),
+    "BATON_CAPACITY": ("capacity",),
+    "BATON_LABELS": ("labels",),
+    "BATON_TTL": ("timings", "ttl"),
+    "BATON_SPARK_MASTER": ("spark", "master"),
+    "BATON_SPARK_REMOTE": ("spark", "remote"),
+}
+
+
+def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    for var, path in _ENV.items():
+        if var not in env:
+            continue
+        value: Any = env[var]
+        if var == "BATON_LABELS":
+            pairs = [p for p in value.split(",") if p]
+            if not all("=" in p for p in pairs):
+                raise ConfigError(f"{var}={value!r}: expected k=v pairs separated by commas")
+            value = dict(p.split("=", 1) for p in pairs)
+        node = data
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+
+
+def load(path: Path | None, env: Mapping[str, str] | None = None) -> NodeConfig:
+    """Read ``path`` (TOML, optional) and the environment; validate; return the config."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    _apply_env(data, env)
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_first_error(exc)) from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "config"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "missing":
+        return f"config key {loc} is missing: set it in the file or as BATON_{loc.upper()}"
+    if err["type"] == "extra_forbidden":
+        return f"unknown config key {loc}: remove it (see docs/node.md for the keys)"
+    value = err.get("input")
+    if loc in SECRET_KEYS or loc == "config":
+        return f"config: {msg}"
+    shown = redact_url(value) if isinstance(value, str) else value
+    return f"config {loc}={shown!r}: {msg}"

@@ -1,0 +1,62 @@
+"""Prometheus metrics of one node agent (its own registry, so tests can run several agents in
+one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
+
+
+class NodeMetrics:
+    """The metrics a node exposes on ``/metrics``."""
+
+    def __init__(self, node_id: str) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.leaderships = Counter(
+            "baton_leaderships_total", "Times this node became leader", ["election"], registry=r
+        )
+        self.losses = Counter(
+            "baton_leadership_lost_total",
+            "Times this node stopped leading, by reason",
+            ["election", "reason"],
+            registry=r,
+        )
+        self.is_leader = Gauge(
+            "baton_is_leader", "1 while this node leads", ["election"], registry=r
+        )
+        self.renewal = Histogram(
+            "baton_lease_renewal_seconds",
+            "Latency of successful lease renewals",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "baton_store_errors_total", "Failed store calls", ["operation"], registry=r
+        )
+        self.requests = Counter(
+            "baton_http_requests_total", "API requests", ["method", "route", "status"], registry=r
+        )
+        self.info = Gauge("baton_node_info", "Node identity", ["node"], registry=r)
+        self.info.labels(node=node_id).set(1)
+
+    def watch(self, election: Election, label: str) -> None:
+        """Count ``election``'s events and renewals under ``label``."""
+
+        def on_event(event: ElectionEvent) -> None:
+            if isinstance(event, NewState):
+                leading = event.state is State.LEADER
+                self.is_leader.labels(election=label).set(1 if leading else 0)
+                if leading:
+                    self.leaderships.labels(election=label).inc()
+            elif isinstance(event, LeadershipLost):
+                self.losses.labels(election=label, reason=event.reason.value).inc()
+
+        election.on_event(on_event)
+        election.renewal_observer = self.renewal.observe
+        election.error_observer = lambda op: self.store_errors.labels(operation=op).inc()
+        self.is_leader.labels(election=label).set(0)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

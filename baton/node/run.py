@@ -1,0 +1,65 @@
+"""``baton node``: run one agent and its API until SIGTERM or Ctrl-C, then stop gracefully."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Generator
+
+import uvicorn
+
+from baton.node.agent import NodeAgent
+from baton.node.api import build_app
+from baton.node.config import NodeConfig
+
+log = logging.getLogger("baton.node")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises a captured SIGTERM once it has served, which would kill the process
+    before the agent released its leases; baton handles the signals itself."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve(config: NodeConfig) -> None:
+    """Start the agent, serve the API, and on a stop signal resign and release everything."""
+    agent = NodeAgent(config)
+    host, port = config.host_port()
+    server = _Server(
+        uvicorn.Config(
+            build_app(agent),
+            host=host,
+            port=port,
+            log_config=None,  # baton's key=value logs; uvicorn's access log would be noise
+            access_log=False,
+            lifespan="off",
+        )
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        stop.set()
+        server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        starting = asyncio.ensure_future(agent.start())
+        await asyncio.wait(
+            [starting, asyncio.ensure_future(stop.wait())], return_when="FIRST_COMPLETED"
+        )
+        if not stop.is_set():
+            starting.result()
+            await server.serve()
+        else:
+            starting.cancel()
+    finally:
+        await agent.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,116 @@
+"""The node API against a real agent on a real store (SQLite), in process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from baton.node.agent import NodeAgent
+from baton.node.api import build_app
+from baton.node.config import NodeConfig, load
+
+TOKEN = "cluster-token-0123456789"
+
+
+def config(tmp_path: Path, node_id: str) -> NodeConfig:
+    return load(
+        None,
+        env={
+            "BATON_NODE_ID": node_id,
+            "BATON_STORE": f"sqlite://{tmp_path}/store.db",
+            "BATON_TOKEN": TOKEN,
+            "BATON_DATA_DIR": str(tmp_path),
+            "BATON_TTL": "2",
+        },
+    )
+
+
+@pytest.fixture
+async def agent(tmp_path: Path) -> AsyncIterator[NodeAgent]:
+    a = NodeAgent(config(tmp_path, "a"))
+    await a.start()
+    await a.controller.wait_leadership(10)
+    yield a
+    await a.stop()
+
+
+def client(agent: NodeAgent, token: str | None = TOKEN) -> httpx.AsyncClient:
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    transport = httpx.ASGITransport(app=build_app(agent))
+    return httpx.AsyncClient(transport=transport, base_url="http://node", headers=headers)
+
+
+async def test_healthz_needs_no_token(agent: NodeAgent) -> None:
+    async with client(agent, token=None) as c:
+        res = await c.get("/healthz")
+    assert res.status_code == 200 and res.json() == {"ok": True, "node": "a"}
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-0123456789", TOKEN + "x", ""])
+async def test_everything_else_needs_the_token(agent: NodeAgent, token: str | None) -> None:
+    async with client(agent, token=token) as c:
+        for method, path in (("GET", "/v1/status"), ("GET", "/metrics"), ("POST", "/v1/commands")):
+            res = await c.request(method, path, json={})
+            assert res.status_code == 401, (path, res.text)
+            assert TOKEN not in res.text and res.json() == {"detail": "Unauthorized"}
+
+
+async def test_status_shows_node_controller_and_leases(agent: NodeAgent) -> None:
+    async with client(agent) as c:
+        body = (await c.get("/v1/status")).json()
+    assert body["node"]["id"] == "a" and body["node"]["is_controller"] is True
+    assert body["controller"] == {"id": "a", "epoch": agent.controller.epoch}
+    assert [n["state"] for n in body["nodes"]] == ["live"]
+    assert {x["name"] for x in body["leases"]} == {"controller", "members/a"}
+
+
+async def test_metrics_are_prometheus_text(agent: NodeAgent) -> None:
+    async with client(agent) as c:
+        await c.get("/healthz")
+        text = (await c.get("/metrics")).text
+    assert 'baton_is_leader{election="controller"} 1.0' in text
+    assert 'baton_leaderships_total{election="membership"} 1.0' in text
+    assert 'baton_http_requests_total{method="GET",route="/healthz",status="200"}' in text
+
+
+async def test_commands_are_fenced_by_the_store(agent: NodeAgent) -> None:
+    epoch = agent.controller.epoch
+    assert epoch is not None
+    cmd = {"sender": "a", "role": "controller", "command": "noop"}
+    async with client(agent) as c:
+        ok = await c.post("/v1/commands", json={**cmd, "epoch": epoch})
+        assert ok.status_code == 200 and ok.json()["accepted"] is True
+        stale = await c.post("/v1/commands", json={**cmd, "epoch": epoch - 1})
+        assert stale.status_code == 409 and "stale epoch" in stale.json()["detail"]
+        impostor = await c.post("/v1/commands", json={**cmd, "sender": "b", "epoch": epoch})
+        assert impostor.status_code == 409
+        bad = await c.post("/v1/commands", json={**cmd, "epoch": "x"})
+        assert bad.status_code == 422
+        # The controller moves on: its old epoch is refused from then on.
+        await agent.controller.resign()
+        again = await c.post("/v1/commands", json={**cmd, "epoch": epoch})
+        assert again.status_code == 409
+
+
+def test_openapi_matches_the_routes(tmp_path: Path) -> None:
+    app = build_app(NodeAgent(config(tmp_path, "z")))
+    doc = app.openapi()
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    routed = {
+        (m, r.path)
+        for r in app.routes
+        if isinstance(r, APIRoute)
+        for m in r.methods or ()
+        if m != "HEAD"
+    }
+    assert documented == routed
+    assert documented == {
+        ("GET", "/healthz"),
+        ("GET", "/v1/status"),
+        ("GET", "/metrics"),
+        ("POST", "/v1/commands"),
+    }
