@@ -116,6 +116,109 @@ def node(config_path: Path | None) -> None:
     run_async(lambda: serve(cfg))
 
 
+@cli.command()
+@click.option("--nodes", "count", default=3, show_default=True, help="How many nodes.")
+@store_option
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=Path(".baton"),
+    show_default=True,
+    help="Where the nodes keep their files (and the SQLite store by default).",
+)
+@click.option("--ttl", type=float, default=10.0, show_default=True, help="Lease ttl in seconds.")
+def up(count: int, store_url: str | None, data_dir: Path, ttl: float) -> None:
+    """Start a local cluster in the foreground; Ctrl-C stops every node."""
+    import signal as signals
+
+    from baton.testing.cluster import LocalCluster
+
+    if not 1 <= count <= 50:
+        raise click.UsageError(f"--nodes {count}: use 1 to 50")
+    Timings.for_ttl(ttl)  # refuse a bad ttl before starting anything
+    if store_url:
+        need_store(store_url)
+    cluster = LocalCluster(count, store_url, data_dir.resolve(), ttl=ttl)
+    console = Console()
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signals.signal(signals.SIGINT, on_signal)
+    signals.signal(signals.SIGTERM, on_signal)
+    cluster.start()
+    try:
+        console.print(f"store {redact_url(cluster.store_url)}")
+        console.print(f"cluster token in {cluster.token_file} (Bearer token for the API)")
+        for node in cluster.nodes.values():
+            console.print(f"  {node.id}  {node.url}  log {cluster.data_dir / (node.id + '.log')}")
+        shown = None
+        while not stop:
+            ctl = cluster.controller()
+            if ctl != shown and ctl is not None:
+                console.print(f"controller: {ctl[0]} at epoch {ctl[1]}")
+                shown = ctl
+            for node in cluster.nodes.values():
+                if node.proc is not None and node.proc.popen.poll() is not None and not stop:
+                    console.print(f"[red]{node.id} exited[/] (see its log)")
+                    node.proc = None
+            time.sleep(0.5)
+    finally:
+        console.print("stopping every node...")
+        cluster.stop()
+
+
+async def _cluster_status(url: str) -> dict[str, Any]:
+    from baton.node.status import cluster_status
+
+    async with open_store(url) as store:
+        return await cluster_status(store, 2 * Timings().ttl)
+
+
+@cli.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(store_url: str | None, as_json: bool) -> None:
+    """Show the cluster: the controller and every node, read from the store."""
+    url = need_store(store_url)
+    st = run_async(lambda: _cluster_status(url))
+    if as_json:
+        click.echo(json.dumps(st))
+        return
+    ctl = st["controller"]
+    click.echo(f"controller: {ctl['id']} at epoch {ctl['epoch']}" if ctl else "controller: none")
+    _print_nodes(st["nodes"])
+
+
+@cli.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def nodes(store_url: str | None, as_json: bool) -> None:
+    """List the nodes and their state (live, suspect, dead)."""
+    url = need_store(store_url)
+    st = run_async(lambda: _cluster_status(url))
+    if as_json:
+        click.echo(json.dumps(st["nodes"]))
+    else:
+        _print_nodes(st["nodes"])
+
+
+def _print_nodes(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="nodes")
+    for col in ("id", "state", "address", "capacity", "labels", "version"):
+        table.add_column(col)
+    for n in rows:
+        colour = {"live": "green", "suspect": "yellow"}.get(n["state"], "red")
+        labels = ",".join(f"{k}={v}" for k, v in n["labels"].items())
+        table.add_row(
+            n["id"], f"[{colour}]{n['state']}[/]", n["address"], str(n["capacity"]), labels,
+            n["version"],
+        )  # fmt: skip
+    Console().print(table)
+
+
 @cli.group()
 def lease() -> None:
     """Inspect leases."""

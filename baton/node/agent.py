@@ -23,13 +23,11 @@ from baton.election import Election
 from baton.errors import ConfigError, StoreError
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
+from baton.node.status import CONTROLLER, MEMBERS, NODES, cluster_status
 from baton.store import ChangeKind, Store, open_store
 
 log = logging.getLogger("baton.node")
 
-CONTROLLER = "controller"
-MEMBERS = "members/"
-NODES = "nodes/"
 #: Role name -> the lease whose epoch fences that role's commands.
 ROLE_LEASES = {"controller": CONTROLLER}
 
@@ -124,21 +122,8 @@ class NodeAgent:
 
     async def status(self) -> dict[str, Any]:
         """This node, every known node (live, suspect or dead), the controller, our leases."""
-        records, _ = await self.store.list(NODES)
-        leases = {x.name: x for x in await self.store.list_leases(MEMBERS)}
-        now = await self.store.now()
-        grace = 2 * self.timings.ttl
-        nodes = []
-        for rec in records:
-            info = json.loads(rec.value)
-            lease = leases.get(MEMBERS + info["id"])
-            if lease is not None:
-                state = "live"
-            else:
-                down = self.down_since.get(info["id"])
-                state = "suspect" if down is not None and now - down < grace else "dead"
-            nodes.append({**info, "state": state, "epoch": lease.epoch if lease else None})
-        ctl = await self.store.get_lease(CONTROLLER)
+        cluster = await cluster_status(self.store, 2 * self.timings.ttl, self.down_since)
+        now = cluster.pop("store_time")
         mine = [
             {"name": x.name, "epoch": x.epoch, "expires_in": round(x.expires_at - now, 3)}
             for x in await self.store.list_leases()
@@ -146,8 +131,7 @@ class NodeAgent:
         ]
         return {
             "node": {**asdict(self.record()), "is_controller": self.controller.is_leader},
-            "nodes": nodes,
-            "controller": {"id": ctl.holder, "epoch": ctl.epoch} if ctl else None,
+            **cluster,
             "leases": mine,
         }
 
