@@ -9,7 +9,9 @@ fenced log with its epoch. The demo then
    guard stops COMMAND at the renew deadline although the supervisor cannot run, another node
    takes over after the ttl, and when the frozen one is resumed it notices and exits;
 3. stops everyone cleanly, and checks the fenced log: epochs only went up, every takeover had a
-   higher epoch, and no deposed leader wrote after its successor started.
+   higher epoch, and no deposed leader wrote after its successor started;
+4. starts three node agents (``baton node``), shows the elected controller, SIGKILLs it and
+   shows the new controller and the measured takeover, then stops them cleanly.
 
 It prints what happened and how long each step took, and exits 0 only when every check held.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from baton.testing.cluster import LocalCluster
 from baton.testing.fenced import Entry, FencedLog
 from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest
 from baton.testing.waiting import WaitTimeout, wait_for
@@ -42,6 +45,43 @@ class Step:
 def _leader(log: FencedLog, procs: list[Proc], timeout: float) -> tuple[Entry, Proc]:
     entry = wait_for(lambda: latest(log), timeout=timeout, what="a leader writing")
     return entry, next(p for p in procs if p.name == entry.writer)
+
+
+def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]) -> bool:
+    """Three node agents: the controller is elected, SIGKILLed, replaced; then a clean stop."""
+    console.rule("[bold]node agents: controller election")
+    with LocalCluster(3, data_dir=workdir, ttl=ttl) as cluster:
+        t0 = time.monotonic()
+        first, epoch = cluster.wait_for(cluster.controller)
+        cluster.wait_for(lambda: list(cluster.states().values()) == ["live"] * 3)
+        steps.append(
+            Step("3 nodes up, controller elected", time.monotonic() - t0,
+                 f"{first} is controller at epoch {epoch}", True)
+        )  # fmt: skip
+        console.print(f"[green]{first}[/] is controller at epoch {epoch}; SIGKILL it...")
+        killed = time.monotonic()
+        cluster.kill(first)
+
+        def newer() -> tuple[str, int] | None:
+            ctl = cluster.controller()
+            return ctl if ctl and ctl[1] > epoch else None
+
+        second, epoch2 = cluster.wait_for(newer, timeout=ttl + 10)
+        took = time.monotonic() - killed
+        good = second != first and took < ttl + 1.5
+        steps.append(
+            Step("controller takeover after SIGKILL", took,
+                 f"{second} is controller at epoch {epoch2} > {epoch}", good)
+        )  # fmt: skip
+        console.print(f"[green]{second}[/] took over in {took:.2f}s")
+
+        def lapsed() -> str | None:
+            state = cluster.states().get(first)
+            return state if state in ("suspect", "dead") else None
+
+        state = cluster.wait_for(lapsed)
+        steps.append(Step("killed node reported", 0.0, f"the others report {first} {state}", True))
+    return good
 
 
 def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> bool:
@@ -146,6 +186,7 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
             )
         )
         ok &= good
+        ok &= _cluster_part(console, tmp / "cluster", ttl, steps)
     except (WaitTimeout, AssertionError) as exc:
         steps.append(Step("demo step", 0.0, f"did not happen: {exc}", False))
         ok = False
