@@ -30,7 +30,9 @@ class Command(BaseModel):
     model_config = ConfigDict(extra="forbid")
     sender: str = Field(min_length=1, max_length=128)
     role: Literal["controller"]
-    epoch: int = Field(ge=1, le=2**62)
+    # 2**53: the largest integer every JSON implementation keeps exact (epochs are store-clock
+    # microseconds, about 1.8e15 today, so this lasts until the year 2255).
+    epoch: int = Field(ge=1, le=2**53)
     command: Literal["noop"]
 
 

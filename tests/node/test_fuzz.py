@@ -26,7 +26,12 @@ def test_api_conforms_and_never_fails(tmp_path: Path) -> None:
         for op in operations:
 
             @given(case=op.as_strategy())
-            @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=60,
+                deadline=None,
+                derandomize=True,
+                suppress_health_check=list(HealthCheck),
+            )
             def fuzz(case: schemathesis.Case) -> None:  # type: ignore[type-arg]
                 case.call_and_validate(headers=headers)
 
