@@ -7,6 +7,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar, overload
 
+from baton.errors import StoreError
+from baton.store.base import Store
+
 T = TypeVar("T")
 Falsy = None | Literal[False] | Literal[0] | Literal[""]
 
@@ -68,3 +71,12 @@ async def await_for(
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"timed out after {timeout}s waiting for {what or predicate!r}")
         await asyncio.sleep(interval)
+
+
+async def store_reachable(store: Store) -> bool:
+    """Whether ``store`` answers now (for waiting until a restarted server is back)."""
+    try:
+        await store.now()
+    except StoreError:
+        return False
+    return True

@@ -9,19 +9,19 @@ import contextlib
 import os
 import signal
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
-from typing import cast
 
 import psycopg
 import pytest
 
-from baton.errors import FeedCompacted, StoreError, StoreTimeout, StoreUnavailable
-from baton.store import Change, ChangeKind, Delete, Put, Store, open_store
+from baton.errors import FeedCompacted, StoreTimeout, StoreUnavailable
+from baton.store import ChangeKind, Delete, Put, Store, open_store
 from baton.store.base import make_position, parse_position
 from baton.store.postgres import PostgresStore
 from baton.testing import await_for, free_port
 from baton.testing.servers import PostgresServer
+from baton.testing.waiting import store_reachable
 from tests.conformance.test_store import next_changes, wait_expired
 
 
@@ -40,19 +40,6 @@ async def pg_store(postgres_server: PostgresServer, namespace: str) -> AsyncIter
     assert isinstance(store, PostgresStore)
     async with store:
         yield store
-
-
-async def _close(feed: AsyncIterator[Change]) -> None:
-    # watch() is an async generator, though typed as an iterator
-    await cast(AsyncGenerator[Change, None], feed).aclose()
-
-
-async def _reachable(store: Store) -> bool:
-    try:
-        await store.now()
-    except StoreError:
-        return False
-    return True
 
 
 async def _backend_pids(pg: PostgresServer, application_name: str) -> list[int]:
@@ -99,7 +86,7 @@ async def test_multi_op_txn_takes_consecutive_revisions(pg_store: PostgresStore)
     assert res.ok and res.revision is not None
     feed = pg_store.watch("k/", since=start)
     got = await next_changes(feed, 3)
-    await _close(feed)
+    await feed.aclose()
     first = parse_position(start)[1]
     assert [(c.kind, c.key, c.revision) for c in got] == [
         (ChangeKind.PUT, "k/a", first + 1),
@@ -136,7 +123,7 @@ async def test_concurrent_writers_leave_no_gap_in_the_feed(
         await asyncio.gather(*(write(i, w) for i, w in enumerate(writers)))
         got = await next_changes(feed, 4 * 25 * 4, timeout=30)
     finally:
-        await _close(feed)
+        await feed.aclose()
         for w in writers:
             await w.close()
     first = parse_position(start)[1]
@@ -164,7 +151,7 @@ async def test_expiry_is_logged_once_among_many_watchers(
         after = await asyncio.gather(*(next_changes(f, 1) for f in feeds))
     finally:
         for f in feeds:
-            await _close(f)
+            await f.aclose()
         for s in others:
             await s.close()
     for changes, nxt in zip(seen, after, strict=True):
@@ -188,7 +175,7 @@ async def test_trimmed_log_reports_compaction(pg_store: PostgresStore) -> None:
     incarnation, rev = parse_position(await pg_store.head())
     feed = pg_store.watch("r/", since=make_position(incarnation, rev - 3))
     got = await next_changes(feed, 3)
-    await _close(feed)
+    await feed.aclose()
     assert [c.key for c in got] == ["r/17", "r/18", "r/19"]
     records, position = await pg_store.list("r/")
     assert len(records) == 20 and parse_position(position) == (incarnation, rev)
@@ -236,7 +223,7 @@ async def test_hung_server_raises_store_timeout(
             # The deadline is the store's, not the driver's (which would try to cancel first).
             assert loop.time() - t0 < 2
         back: bool = await await_for(
-            lambda: _reachable(store), what="store back after the server resumed"
+            lambda: store_reachable(store), what="store back after the server resumed"
         )
         assert back and await store.acquire("lead", "n1", 5) is not None
         done: bool = await await_for(
@@ -357,4 +344,4 @@ async def test_watcher_survives_losing_its_listen_connection(
         second = await asyncio.wait_for(anext(feed), 5)
         assert second.key == "w/2"
     finally:
-        await _close(feed)
+        await feed.aclose()

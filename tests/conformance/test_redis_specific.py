@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
 
 import pytest
 import redis
 
 from baton.errors import FeedCompacted, StoreError, StoreTimeout, StoreUnavailable
-from baton.store import Change, ChangeKind, Put, Store, open_store
+from baton.store import ChangeKind, Put, open_store
 from baton.store.base import make_position, parse_position
 from baton.store.redis import RedisStore
 from baton.testing import await_for, free_port
 from baton.testing.servers import RedisServer
+from baton.testing.waiting import store_reachable
 from tests.conformance.test_store import next_changes, wait_expired
 
 
@@ -52,19 +52,6 @@ async def store(private_redis: RedisServer, namespace: str) -> AsyncIterator[Red
 
 def _admin(server: RedisServer) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=server.port)
-
-
-async def _close(feed: AsyncIterator[Change]) -> None:
-    # watch() is an async generator, though typed as an iterator
-    await cast(AsyncGenerator[Change, None], feed).aclose()
-
-
-async def _reachable(store: Store) -> bool:
-    try:
-        await store.now()
-    except StoreError:
-        return False
-    return True
 
 
 # -- data loss -------------------------------------------------------------------------------
@@ -101,7 +88,7 @@ async def test_position_from_before_flushall_is_compacted(
     await store.put("k", b"4")
     (change,) = await next_changes(feed, 1)
     assert change.value == b"4"
-    await _close(feed)
+    await feed.aclose()
 
 
 async def test_watcher_across_a_restart_without_persistence(
@@ -113,7 +100,7 @@ async def test_watcher_across_a_restart_without_persistence(
         private_redis.restart()
         # The same client carries on once the server is back (pooled connections reconnect),
         # and a position from before the restart is refused rather than silently resumed.
-        await await_for(lambda: _reachable(s), timeout=20, what="store back after restart")
+        await await_for(lambda: store_reachable(s), timeout=20, what="store back after restart")
         await s.put("k", b"2")
         with pytest.raises(FeedCompacted):
             await next_changes(s.watch("", since=since), 1)
@@ -256,7 +243,7 @@ async def test_many_watchers_log_one_expiry(
             ChangeKind.PUT,
         ]
         for feed in feeds:
-            await _close(feed)
+            await feed.aclose()
     finally:
         for s in others:
             await s.close()
@@ -288,12 +275,12 @@ async def test_cancelled_watcher_stops_at_once(store: RedisStore) -> None:
     for _ in range(20):
         feed = store.watch("w")
         task = asyncio.ensure_future(anext(feed))
-        await await_for(lambda: _reachable(store), what="a round trip while the watcher waits")
+        await await_for(lambda: store_reachable(store), what="a round trip while the watcher waits")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             async with asyncio.timeout(2):
                 await task
-        await _close(feed)
+        await feed.aclose()
 
 
 async def test_hung_server_is_a_store_timeout(private_redis: RedisServer, namespace: str) -> None:
@@ -306,7 +293,7 @@ async def test_hung_server_is_a_store_timeout(private_redis: RedisServer, namesp
                     await s.get("k")
         finally:
             private_redis.resume()
-        await await_for(lambda: _reachable(s), timeout=20, what="store answers after resume")
+        await await_for(lambda: store_reachable(s), timeout=20, what="store answers after resume")
 
 
 async def test_not_connected_is_store_unavailable(private_redis: RedisServer) -> None:

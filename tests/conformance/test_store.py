@@ -21,6 +21,7 @@ from baton.store import (
 )
 from baton.store.base import make_position, parse_position
 from baton.testing import await_for, free_port
+from baton.testing.waiting import store_reachable
 from tests.conftest import Backend
 
 
@@ -168,7 +169,7 @@ async def test_epoch_increases_across_client_and_server_restart(backend: Backend
     # deleted) must not let an epoch repeat or go down.
     backend.restart()
     async with backend.open() as s:
-        await await_for(lambda: _reachable(s), timeout=20, what="store back after restart")
+        await await_for(lambda: store_reachable(s), timeout=20, what="store back after restart")
         if backend.name == "postgres":
             # PostgreSQL kept the lease: it is still held until it expires.
             assert await s.acquire("lead", "n2", 30) is None
@@ -178,14 +179,6 @@ async def test_epoch_increases_across_client_and_server_restart(backend: Backend
         second = await s.acquire("lead", "n2", 30)
         assert second is not None
         assert second.epoch > first.epoch
-
-
-async def _reachable(s: Store) -> bool:
-    try:
-        await s.now()
-    except StoreError:
-        return False
-    return True
 
 
 async def test_list_leases_by_prefix(store: Store) -> None:
