@@ -25,6 +25,7 @@ from baton.errors import (
     StoreTimeout,
     StoreUnavailable,
 )
+from baton.keeper import LeaseKeeper
 from baton.store import (
     Change,
     ChangeKind,
@@ -56,6 +57,7 @@ __all__ = [
     "Lease",
     "LeaseError",
     "LeaseHeld",
+    "LeaseKeeper",
     "LeaseLost",
     "LossReason",
     "NewLeader",
