@@ -177,13 +177,49 @@ async def _cluster_status(url: str) -> dict[str, Any]:
         return await cluster_status(store, 2 * Timings().ttl)
 
 
+def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:
+    import httpx
+
+    token = os.environ.get("BATON_TOKEN", "")
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError("no token for --api: give --token-file FILE or set BATON_TOKEN")
+    try:
+        res = httpx.get(
+            f"{api.rstrip('/')}/v1/status",
+            headers={"authorization": f"Bearer {token}"},
+            timeout=5,
+        )
+    except httpx.HTTPError as exc:
+        raise ConfigError(f"cannot reach node API {api}: {exc}; is the node running?") from None
+    if res.status_code == 401:
+        raise ConfigError(f"node API {api} refused the token: check --token-file")
+    if res.status_code != 200:
+        raise ConfigError(f"node API {api} answered {res.status_code}")
+    body: dict[str, Any] = res.json()
+    return body
+
+
 @cli.command()
 @store_option
+@click.option("--api", metavar="URL", help="Ask a node's API instead of the store.")
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path),
+    help="Cluster token for --api (or BATON_TOKEN).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(store_url: str | None, as_json: bool) -> None:
-    """Show the cluster: the controller and every node, read from the store."""
-    url = need_store(store_url)
-    st = run_async(lambda: _cluster_status(url))
+def status(store_url: str | None, api: str | None, token_file: Path | None, as_json: bool) -> None:
+    """Show the cluster: the controller and every node (from the store, or a node's API)."""
+    if api:
+        st = _api_status(api, token_file)
+    else:
+        url = need_store(store_url)
+        st = run_async(lambda: _cluster_status(url))
     if as_json:
         click.echo(json.dumps(st))
         return

@@ -32,6 +32,11 @@ def live(url: str) -> int:
     return sum(1 for n in nodes if n["state"] == "live")
 
 
+def address(up: Proc) -> str:
+    line = next(x for x in up.lines() if x.strip().startswith("n0 "))
+    return line.split()[1].removeprefix("http://")
+
+
 def test_up_status_nodes_and_ctrl_c(tmp_path: Path) -> None:
     data = tmp_path / "c"
     up = Proc("up", [BATON, "up", "--nodes", "2", "--ttl", "2", "--data-dir", str(data)],
@@ -45,6 +50,18 @@ def test_up_status_nodes_and_ctrl_c(tmp_path: Path) -> None:
         wait_for(lambda: live(url) == 2, timeout=20)
         st = status(url)
         assert st is not None and st["controller"] is not None
+        via_api = subprocess.run(
+            [BATON, "status", "--api", "http://" + address(up), "--token-file",
+             str(data / "token"), "--json"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert via_api.returncode == 0, via_api.stderr
+        assert json.loads(via_api.stdout)["controller"] == st["controller"]
+        wrong = subprocess.run(
+            [BATON, "status", "--api", "http://" + address(up)],
+            capture_output=True, text=True, check=False, env={"BATON_TOKEN": "x" * 20},
+        )  # fmt: skip
+        assert wrong.returncode == 2 and "refused the token" in wrong.stderr
         table = subprocess.run(
             [BATON, "nodes", "--store", url], capture_output=True, text=True, check=False
         )
