@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from bench.common import Summary, ms, ratio, secs
 from bench.failover import FailoverResult
 from bench.handover import HandoverResult
+from bench.nodes import IdleResult, TakeoverResult
 from bench.renewal import RenewRow
 
 #: Failover target: a new leader acts within ttl + this many seconds (p99).
@@ -33,6 +34,8 @@ class Results:
     failover: list[FailoverResult] = field(default_factory=list)
     handover: list[HandoverResult] = field(default_factory=list)
     renewal: list[RenewRow] = field(default_factory=list)
+    takeover: list[TakeoverResult] = field(default_factory=list)
+    idle: list[IdleResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -186,6 +189,117 @@ def renewal_table(rows_in: Sequence[RenewRow]) -> list[str]:
     return _table(header, rows)
 
 
+def takeover_table(results: Sequence[TakeoverResult]) -> list[str]:
+    rows = []
+    for r in results:
+        s = r.summary
+        polls = Summary.of(r.polls)
+        rows.append(
+            [
+                f"`{r.backend}`",
+                str(r.nodes),
+                "SIGKILL" if r.kind == "kill" else "SIGTERM (graceful)",
+                str(s.n),
+                secs(s.p50),
+                secs(s.p99),
+                secs(s.maximum),
+                secs(s.minimum),
+                secs(Summary.of(r.recover).p50),
+                ms(polls.p50),
+                _load(r.load),
+            ]
+        )
+    header = [
+        "backend", "nodes", "controller stopped by", "trials", "p50", "p99", "max", "min",
+        "restart to all live (p50)", "status poll (p50)", "load before / after",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def takeover_samples(results: Sequence[TakeoverResult]) -> list[str]:
+    return [
+        f"- `{r.backend}`, {r.nodes} nodes, {r.kind}: " + ", ".join(f"{x:.3f}" for x in r.samples)
+        for r in results
+    ]
+
+
+def idle_table(results: Sequence[IdleResult]) -> list[str]:
+    rows = [
+        [
+            r.what,
+            f"{r.leases:,}",
+            f"{r.window:.1f} s",
+            f"{r.cpu_percent:.2f} %",
+            f"{r.rss_mib:.1f} MiB",
+            f"{r.rss_max_mib:.1f} MiB",
+            _load(r.load),
+        ]
+        for r in results
+    ]
+    header = [
+        "process", "leases held", "window", "CPU (% of one core)", "RSS (end)", "RSS (max)",
+        "load before / after",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def takeover_section(res: Results) -> list[str]:
+    return [
+        "## 5. Controller takeover between node agents",
+        "",
+        f"Measured {res.date} by `{res.command}` on baton {res.commit}, on the machine above.",
+        "",
+        "A `LocalCluster` of real `baton node` processes (ttl 2 s) on one store. A trial waits "
+        "until a controller is elected and every node is live in `/v1/status`, waits a random "
+        "0-1 s (a random point of the controller's 0.4 s renewal cycle), then stops the "
+        "controller: **SIGKILL** (its controller lease must expire) or **SIGTERM** (a graceful "
+        "stop: the agent resigns and releases its leases). Measured from the signal until a "
+        "surviving node's `/v1/status` reports a controller with a higher epoch, polled every "
+        "20 ms (each poll is one authenticated HTTP request that reads the store, so the "
+        "resolution is 20 ms plus the poll time in the table). The stopped node is then "
+        "restarted and the next trial waits until every node is live again; kills and graceful "
+        "stops alternate. Each backend and cluster size gets a fresh store.",
+        "",
+        "The takeover is the controller's `Election`: after a SIGKILL a node campaigns once the "
+        "lease expires (1.6-2.0 s after the kill, depending on when the last renewal landed) "
+        "plus its random 50-300 ms election timeout, as in section 1; after a SIGTERM the lease "
+        "is released at once and only the election timeout remains.",
+        "",
+        *takeover_table(res.takeover),
+        "",
+        "Every sample, in seconds from the signal to a survivor reporting the new controller:",
+        "",
+        *takeover_samples(res.takeover),
+        "",
+    ]
+
+
+def idle_section(res: Results) -> list[str]:
+    return [
+        "## 6. Idle cost of a node",
+        "",
+        f"Measured {res.date} by `{res.command}` on baton {res.commit}, on the machine above.",
+        "",
+        "A `LocalCluster(1)` on SQLite (ttl 2 s), left alone for 5 s after it is live, then "
+        "measured over the window: CPU is `utime + stime` of the `baton node` process from "
+        "`/proc/PID/stat` divided by the wall time (100 % = one core), RSS is `VmRSS` from "
+        "`/proc/PID/status` (at the end of the window, and the largest of the once-a-second "
+        "samples). An idle node renews its membership and controller leases every 0.4 s and "
+        "watches the member leases; nothing polls its API during the window.",
+        "",
+        "`bench.lease_holder` is a process with a `baton.keeper.LeaseKeeper` (ttl 10 s, "
+        "renewing every lease in one `store.renew` call every 2 s) on its own SQLite store, "
+        "measured the same way after it acquired its leases (`add_many`): with no lease (the "
+        "cost of the process and the keeper's loop) and with 10k leases. Rows are missing when "
+        "`baton.keeper` did not exist in the checkout.",
+        "",
+        *idle_table(res.idle),
+        "",
+        *[f"- {r.what}: {r.note}" for r in res.idle if r.note],
+        "",
+    ]
+
+
 # -- the whole document -----------------------------------------------------------------------
 
 
@@ -243,6 +357,22 @@ def summary_section(res: Results) -> list[str]:
             line += f"; 100k leases renewed in < 1 s on Redis and PostgreSQL: {_mark(ok)} ("
             line += ", ".join(parts) + ")"
         out.append(line + ".")
+    if res.takeover:
+        parts = []
+        for kind, label in (("kill", "SIGKILL"), ("terminate", "SIGTERM")):
+            rows = [r for r in res.takeover if r.kind == kind]
+            parts.append(
+                f"{label} p99 "
+                + ", ".join(f"{r.backend} {r.nodes} nodes {secs(r.summary.p99)}" for r in rows)
+            )
+        out.append("- **Controller takeover** (node agents, ttl 2 s): " + "; ".join(parts) + ".")
+    if res.idle:
+        parts = [
+            f"{r.what}{f' with {r.leases:,} leases' if r.leases else ''} "
+            f"{r.cpu_percent:.2f} % of a core, {r.rss_mib:.0f} MiB RSS"
+            for r in res.idle
+        ]
+        out.append("- **Idle node**: " + "; ".join(parts) + ".")
     return out
 
 
@@ -307,12 +437,13 @@ def document(res: Results) -> str:
         "## How to run",
         "",
         "- `make bench`: installs etcd if missing (`BATON_BENCH=1 ./scripts/setup.sh`), then "
-        "`.venv/bin/python -m bench.run`, the full run (about 7 minutes), which rewrites this "
+        "`.venv/bin/python -m bench.run`, the full run (about 10 minutes), which rewrites this "
         "file.",
         "- `.venv/bin/python -m bench.run --quick`: 3 kills and 10 handovers per backend, N up "
         "to 10k (about 2 minutes); prints only, unless `--output PATH`.",
-        "- `--only failover|etcd|handover|renewal` (repeatable), `--backend "
-        "sqlite|redis|postgres` (repeatable), `--trials N`, `--wait-idle` (first wait up to 10 "
+        "- `--only failover|etcd|handover|renewal|takeover|idle` (repeatable), `--backend "
+        "sqlite|redis|postgres` (repeatable; `takeover` runs on SQLite unless backends are "
+        "named), `--trials N`, `--wait-idle` (first wait up to 10 "
         "minutes for a load average below 1.5).",
         "",
         "## Summary",
@@ -421,6 +552,10 @@ def document(res: Results) -> str:
             + ".",
             "",
         ]
+    if res.takeover:
+        lines += takeover_section(res)
+    if res.idle:
+        lines += idle_section(res)
     lines += [
         "## Notes",
         "",
@@ -444,6 +579,10 @@ def console(res: Results) -> str:
         lines += ["Planned handover:", *handover_table(res.handover, res.failover), ""]
     if res.renewal:
         lines += ["Renewal:", *renewal_table(res.renewal), ""]
+    if res.takeover:
+        lines += ["Controller takeover:", *takeover_table(res.takeover), ""]
+    if res.idle:
+        lines += ["Idle node:", *idle_table(res.idle), ""]
     if res.errors:
         lines += ["Failed:", *[f"  {e}" for e in res.errors], ""]
     return "\n".join(lines)

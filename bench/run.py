@@ -6,6 +6,9 @@ Benchmarks (each starts its own servers in a temp dir and stops them):
 ``etcd``      the same failover with etcd's election API, as the reference
 ``handover``  planned handover (``elect``) and ``resign`` between two Elections
 ``renewal``   one ``renew`` call for N = 1 ... 100k leases, with round trips verified
+``takeover``  controller takeover between ``baton node`` agents (SIGKILL / SIGTERM), 3 and 5 nodes;
+              on SQLite unless ``--backend`` is given (a full run stays under ~4 minutes)
+``idle``      CPU and RSS of an idle ``baton node``
 
 A full run (no ``--quick``, no ``--only``) writes ``docs/benchmarks.md``; other runs print only,
 unless ``--output`` is given.
@@ -26,10 +29,11 @@ from pathlib import Path
 from bench.common import BACKENDS, REPO, loadavg, machine
 from bench.failover import baton_failover, etcd_failover
 from bench.handover import handover
+from bench.nodes import SIZES, idle, takeover
 from bench.renewal import FULL_SIZES, QUICK_SIZES, renewal
 from bench.report import Results, console, document
 
-NAMES = ("failover", "etcd", "handover", "renewal")
+NAMES = ("failover", "etcd", "handover", "renewal", "takeover", "idle")
 DOC = REPO / "docs" / "benchmarks.md"
 #: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
 #: IDLE_WAIT seconds.
@@ -88,7 +92,21 @@ def _renewal(res: Results, backend: str, sizes: Sequence[int]) -> None:
     res.renewal.extend(renewal(backend, sizes, say))
 
 
-def run(names: Sequence[str], backends: Sequence[str], quick: bool, trials: int | None) -> Results:
+def _takeover(res: Results, backend: str, trials: int) -> None:
+    res.takeover.extend(takeover(backend, SIZES, trials, say))
+
+
+def _idle(res: Results, quick: bool) -> None:
+    res.idle.extend(idle(quick, say))
+
+
+def run(
+    names: Sequence[str],
+    backends: Sequence[str],
+    quick: bool,
+    trials: int | None,
+    node_backends: Sequence[str] = ("sqlite",),
+) -> Results:
     res = Results(
         mode="quick" if quick else "full",
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -103,6 +121,7 @@ def run(names: Sequence[str], backends: Sequence[str], quick: bool, trials: int 
     kills = trials or (3 if quick else 20)
     handovers = trials or (10 if quick else 50)
     sizes = QUICK_SIZES if quick else FULL_SIZES
+    takeovers = trials or (3 if quick else 10)
     jobs: list[tuple[str, Callable[[], None]]] = []
     if "failover" in names:
         for b in backends:
@@ -115,6 +134,12 @@ def run(names: Sequence[str], backends: Sequence[str], quick: bool, trials: int 
     if "renewal" in names:
         for b in backends:
             jobs.append((f"renewal cost on {b}", partial(_renewal, res, b, sizes)))
+    if "takeover" in names:
+        for b in node_backends:
+            what = f"controller takeover on {b}"
+            jobs.append((what, partial(_takeover, res, b, takeovers)))
+    if "idle" in names:
+        jobs.append(("idle node", partial(_idle, res, quick)))
     for what, job in jobs:
         _attempt(res, what, job)
     res.duration = time.monotonic() - started
@@ -137,7 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"run baton's benchmarks only on this backend (repeatable): {', '.join(BACKENDS)}",
     )  # fmt: skip
     parser.add_argument(
-        "--trials", type=int, metavar="N", help="failover kills and handovers per backend"
+        "--trials",
+        type=int,
+        metavar="N",
+        help="failover kills, handovers, takeovers (per kind and cluster size) per backend",
     )
     parser.add_argument(
         "--output", type=Path, metavar="PATH",
@@ -156,7 +184,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     output: Path | None = args.output or (DOC if full else None)
     if args.wait_idle:
         _wait_idle()
-    res = run(names, backends, args.quick, args.trials)
+    # Node benchmarks run on SQLite only unless backends are named (keeps a full run short).
+    node_backends: list[str] = args.backend or ["sqlite"]
+    res = run(names, backends, args.quick, args.trials, node_backends)
     say(console(res))
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
