@@ -90,15 +90,31 @@ class NodeAgent:
         log.info("node started", extra={"node": self.node_id, "epoch": term.epoch})
 
     async def stop(self) -> None:
-        """Resign every role and release membership, so successors start at once."""
+        """Resign every role and release membership, so successors start at once. The
+        controller role is handed to a live node by name (no election timeout to wait)."""
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch_task
+        await self._hand_over_controller()
         await self.controller.stop()
         await self.membership.stop()
         await self.store.close()
         log.info("node stopped", extra={"node": self.node_id})
+
+    async def _hand_over_controller(self) -> None:
+        if not self.controller.is_leader:
+            return
+        try:
+            async with asyncio.timeout(self.timings.request_timeout * 2):
+                members = await self.store.list_leases(MEMBERS)
+                live = sorted(x.holder for x in members if x.holder != self.node_id)
+                if live:
+                    await self.controller.elect(live[0])
+                    log.info("controller handed over", extra={"node": self.node_id, "to": live[0]})
+        except (StoreError, TimeoutError) as exc:
+            # Election.stop() still releases the lease; the others then campaign as usual.
+            log.warning("handover failed", extra={"node": self.node_id, "error": str(exc)})
 
     async def _watch_members(self) -> None:
         since = None
