@@ -96,13 +96,14 @@ class NodeAgent:
             self._watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch_task
-        await self._hand_over_controller()
+        await self.hand_over_controller()
         await self.controller.stop()
         await self.membership.stop()
         await self.store.close()
         log.info("node stopped", extra={"node": self.node_id})
 
-    async def _hand_over_controller(self) -> None:
+    async def hand_over_controller(self) -> None:
+        """If controller, hand the role to a live node by name (first step of a clean stop)."""
         if not self.controller.is_leader:
             return
         try:
