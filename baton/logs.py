@@ -6,6 +6,11 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable, Mapping
+
+#: Fields every line of this process carries (a node sets its id, role and epoch), computed when
+#: the line is written so a role change shows on the very next line.
+_context: list[Callable[[], Mapping[str, object]]] = []
 
 #: Standard LogRecord attributes; everything else on a record is a structured field.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -29,9 +34,14 @@ class KeyValueFormatter(logging.Formatter):
             f"logger={record.name}",
             f"msg={_quote(record.getMessage())}",
         ]
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                parts.append(f"{key}={_quote(value)}")
+        fields = {k: v for k, v in vars(record).items() if k not in _STANDARD and k[0] != "_"}
+        if _context:
+            try:
+                extra = _context[0]()
+            except Exception:  # a broken context must not lose the line itself
+                extra = {}
+            fields = {**extra, **fields}
+        parts.extend(f"{key}={_quote(value)}" for key, value in fields.items())
         if record.exc_info:
             parts.append(f"error={_quote(self.formatException(record.exc_info).splitlines()[-1])}")
         return " ".join(parts)
@@ -54,3 +64,8 @@ def setup(level: int = logging.WARNING) -> None:
     # how a store call is abandoned on purpose (a deadline or a stop): not worth a warning.
     logging.getLogger().addHandler(handler)
     logging.getLogger("psycopg").setLevel(logging.ERROR)
+
+
+def set_context(provider: Callable[[], Mapping[str, object]] | None) -> None:
+    """Attach ``provider()``'s fields to every line (fields given on a call take precedence)."""
+    _context[:] = [provider] if provider is not None else []

@@ -69,6 +69,12 @@ class NodeAgent:
     def node_id(self) -> str:
         return self.config.node_id
 
+    def log_context(self) -> dict[str, object]:
+        """Fields on every log line of this node: its id, its role and that role's epoch."""
+        if self.controller.is_leader:
+            return {"node": self.node_id, "role": "controller", "epoch": self.controller.epoch}
+        return {"node": self.node_id, "role": "member", "epoch": self.membership.epoch or 0}
+
     def record(self) -> NodeRecord:
         c = self.config
         return NodeRecord(
@@ -79,7 +85,7 @@ class NodeAgent:
         """Connect, take membership, publish the node record, campaign for controller."""
         await self.store.connect()
         await self.membership.start()
-        log.info("waiting for membership lease", extra={"node": self.node_id})
+        log.info("waiting for membership lease")
         term = await self.membership.wait_leadership(timeout=self.timings.ttl * 3)
         body = json.dumps(asdict(self.record()), sort_keys=True).encode()
         res = await self.store.put(NODES + self.node_id, body, lease=term.lease)
@@ -87,7 +93,7 @@ class NodeAgent:
             raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
         await self.controller.start()
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
-        log.info("node started", extra={"node": self.node_id, "epoch": term.epoch})
+        log.info("node started", extra={"epoch": term.epoch})
 
     async def stop(self) -> None:
         """Resign every role and release membership, so successors start at once. The
@@ -100,7 +106,7 @@ class NodeAgent:
         await self.controller.stop()
         await self.membership.stop()
         await self.store.close()
-        log.info("node stopped", extra={"node": self.node_id})
+        log.info("node stopped")
 
     async def hand_over_controller(self) -> None:
         """If controller, hand the role to a live node by name (first step of a clean stop)."""
@@ -112,10 +118,10 @@ class NodeAgent:
                 live = sorted(x.holder for x in members if x.holder != self.node_id)
                 if live:
                     await self.controller.elect(live[0])
-                    log.info("controller handed over", extra={"node": self.node_id, "to": live[0]})
+                    log.info("controller handed over", extra={"to": live[0]})
         except (StoreError, TimeoutError) as exc:
             # Election.stop() still releases the lease; the others then campaign as usual.
-            log.warning("handover failed", extra={"node": self.node_id, "error": str(exc)})
+            log.warning("handover failed", extra={"error": str(exc)})
 
     async def _watch_members(self) -> None:
         since = None
@@ -133,7 +139,7 @@ class NodeAgent:
                 raise
             except StoreError as exc:
                 self.metrics.store_errors.labels(operation="watch").inc()
-                log.warning("member watch failed", extra={"node": self.node_id, "error": str(exc)})
+                log.warning("member watch failed", extra={"error": str(exc)})
                 since = None
                 await asyncio.sleep(self.timings.renew_interval)
 

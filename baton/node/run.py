@@ -10,6 +10,7 @@ from collections.abc import Generator
 
 import uvicorn
 
+from baton import logs
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
 from baton.node.config import NodeConfig
@@ -29,6 +30,7 @@ class _Server(uvicorn.Server):
 async def serve(config: NodeConfig) -> None:
     """Start the agent, serve the API, and on a stop signal resign and release everything."""
     agent = NodeAgent(config)
+    logs.set_context(agent.log_context)
     host, port = config.host_port()
     server = _Server(
         uvicorn.Config(
@@ -70,3 +72,4 @@ async def serve(config: NodeConfig) -> None:
         await agent.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        logs.set_context(None)

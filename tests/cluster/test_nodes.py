@@ -25,6 +25,11 @@ def test_controller_elected_then_replaced(backend: Backend, tmp_path: Path) -> N
     with LocalCluster(3, backend.url, tmp_path, ttl=2) as c:
         first, epoch = c.wait_for(c.controller)
         c.wait_for(lambda: list(c.states().values()) == ["live"] * 3)
+        # Every log line names the node, its role and that role's epoch.
+        log = c.node(first).proc
+        assert log is not None
+        c.wait_for(lambda: any(f"role=controller epoch={epoch}" in x for x in log.lines()))
+        assert all(f"node={first}" in x for x in log.lines() if x.startswith("ts="))
         # SIGKILL the controller: another takes over after the ttl.
         killed_at = time.monotonic()
         c.kill(first)
