@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql)
+# nftables: the partition tests (a controller cut off from one node) drop packets with it.
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
 fi

@@ -3,69 +3,25 @@ traceback is shown only with ``BATON_DEBUG=1``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from baton import logs
-from baton.errors import BatonError, ConfigError, StoreError, redact_url
+from baton.cli import placement as placement_cli
+from baton.cli.common import EXIT_USAGE, fail, need_store, run_async, store_option
+from baton.errors import ConfigError, redact_url
 from baton.store import Lease, open_store
 from baton.timings import Timings
-
-T = TypeVar("T")
-EXIT_USAGE = 2
-EXIT_STORE = 1
-
-
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    # One line whatever the driver put in its message (psycopg's contain newlines).
-    click.echo(f"baton: error: {' '.join(message.split())}", err=True)
-    sys.exit(code)
-
-
-def run_async(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine for a command, turning baton errors into one-line messages."""
-
-    async def main() -> T:
-        return await fn()
-
-    try:
-        return asyncio.run(main())
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        fail(str(exc), EXIT_STORE)
-    except BatonError as exc:
-        fail(str(exc), EXIT_STORE)
-    except KeyboardInterrupt:
-        sys.exit(130)
-
-
-store_option = click.option(
-    "--store",
-    "store_url",
-    envvar="BATON_STORE",
-    metavar="URL",
-    help="Store URL (sqlite:///path, redis://host:port/db, postgresql://...); env BATON_STORE.",
-)
-
-
-def need_store(url: str | None) -> str:
-    if not url:
-        raise click.UsageError("no store given: use --store URL or set BATON_STORE")
-    open_store(url)  # validates the URL (ConfigError) before anything else happens
-    return url
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -333,6 +289,11 @@ def demo(nodes: int, ttl: float) -> None:
     ok = run_demo(nodes=nodes, ttl=ttl)
     click.echo(f"demo {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s")
     sys.exit(0 if ok else 1)
+
+
+cli.add_command(placement_cli.object_group)
+cli.add_command(placement_cli.drain)
+cli.add_command(placement_cli.placement)
 
 
 def main() -> None:

@@ -19,11 +19,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from baton import __version__
-from baton.election import Election
+from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
 from baton.errors import ConfigError, StoreError
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
+from baton.node.peers import PeerError, Peers
 from baton.node.status import CONTROLLER, MEMBERS, NODES, cluster_status
+from baton.placement.controller import PlacementController
+from baton.placement.runner import Runner
+from baton.placement.workload import load_types
 from baton.store import ChangeKind, Store, open_store
 
 log = logging.getLogger("baton.node")
@@ -42,6 +46,8 @@ class NodeRecord:
     capacity: int
     labels: dict[str, str]
     started_at: float
+    #: Workload types this node can run (placement puts members only where their type runs).
+    types: list[str]
 
 
 class NodeAgent:
@@ -64,6 +70,22 @@ class NodeAgent:
         #: Node id -> store-clock time its membership lapsed (as observed by this node).
         self.down_since: dict[str, float] = {}
         self._watch_task: asyncio.Task[None] | None = None
+        self._placement_task: asyncio.Task[None] | None = None
+        self.types = load_types(config.workloads)
+        host, _ = config.host_port()
+        self.peers = Peers(config.cluster_token, max(1.0, self.timings.request_timeout), host)
+        self._addresses: dict[str, str] = {}
+        self.runner = Runner(
+            config.node_id,
+            self.store,
+            data_dir=config.data_dir,
+            types=self.types,
+            fetch=self._fetch,
+            may_lead=lambda: self.membership.is_leader,
+        )
+        self._background: set[asyncio.Future[None]] = set()
+        self.membership.on_event(self._on_membership)
+        self.placement = PlacementController(self)
 
     @property
     def node_id(self) -> str:
@@ -78,8 +100,37 @@ class NodeAgent:
     def record(self) -> NodeRecord:
         c = self.config
         return NodeRecord(
-            c.node_id, c.advertised, __version__, c.capacity, dict(c.labels), self.started_at
+            c.node_id,
+            c.advertised,
+            __version__,
+            c.capacity,
+            dict(c.labels),
+            self.started_at,
+            sorted(self.types),
         )
+
+    def _on_membership(self, event: ElectionEvent) -> None:
+        if isinstance(event, LeadershipLost):
+            # Cut off from the store: lead nothing, before anyone may be nominated instead.
+            self.runner.drop_leaders()
+        elif isinstance(event, NewState) and event.state is State.LEADER and self.runner.members:
+            task = asyncio.ensure_future(self.runner.resync_all())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _fetch(self, node: str, group: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Ask ``node`` (a group's leader) through its API."""
+        address = self._addresses.get(node)
+        if address is None:
+            rec = await self.store.get(NODES + node)
+            if rec is None:
+                raise PeerError(f"no node record for {node}")
+            address = self._addresses[node] = json.loads(rec.value)["address"]
+        try:
+            return await self.peers.call(address, "POST", f"/v1/groups/{group}/fetch", request)
+        except PeerError:
+            self._addresses.pop(node, None)  # it may have come back on another address
+            raise
 
     async def start(self) -> None:
         """Connect, take membership, publish the node record, campaign for controller."""
@@ -93,18 +144,23 @@ class NodeAgent:
             raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
         await self.controller.start()
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
+        self._placement_task = asyncio.create_task(self.placement.run(), name="placement")
         log.info("node started", extra={"epoch": term.epoch})
 
     async def stop(self) -> None:
         """Resign every role and release membership, so successors start at once. The
         controller role is handed to a live node by name (no election timeout to wait)."""
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch_task
+        for task in (self._watch_task, self._placement_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.hand_over_controller()
+        # Members stop before the membership lease goes: no leader role outlives it.
+        await self.runner.close()
         await self.controller.stop()
         await self.membership.stop()
+        await self.peers.close()
         await self.store.close()
         log.info("node stopped")
 
@@ -157,6 +213,15 @@ class NodeAgent:
             **cluster,
             "leases": mine,
         }
+
+    async def obey(
+        self, sender: str, role: str, epoch: int, command: str, groups: list[str]
+    ) -> tuple[bool, str]:
+        """Check a command's epoch against the store, then carry it out."""
+        ok, detail = await self.check_command(sender, role, epoch)
+        if ok and command == "sync":
+            await self.runner.sync(groups)
+        return ok, detail
 
     async def check_command(self, sender: str, role: str, epoch: int) -> tuple[bool, str]:
         """Whether a command from ``sender`` acting as ``role`` at ``epoch`` may be obeyed: the

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
+from baton.errors import BatonError
 from baton.node.agent import NodeAgent
+from baton.placement.view import placement_view
+
+#: ``object/partition``, as in group records.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+GROUP_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}/[0-9]{1,5}$"
 
 
 class Health(BaseModel):
@@ -33,7 +39,26 @@ class Command(BaseModel):
     # 2**53: the largest integer every JSON implementation keeps exact (epochs are store-clock
     # microseconds, about 1.8e15 today, so this lasts until the year 2255).
     epoch: int = Field(ge=1, le=2**53)
-    command: Literal["noop"]
+    #: ``sync``: converge the named groups' members on this node to their records in the store.
+    command: Literal["noop", "sync"]
+    groups: list[Annotated[str, Field(min_length=3, max_length=160, pattern=GROUP_KEY)]] = Field(
+        default_factory=list, max_length=100_000
+    )
+
+
+class MemberReport(BaseModel):
+    group: str
+    role: Literal["leader", "follower", "none"]
+    term: int
+    leader: str | None
+    commit_index: int
+    stream_live: bool
+    error: str
+
+
+class GroupsReport(BaseModel):
+    node: str
+    groups: list[MemberReport]
 
 
 class CommandResult(BaseModel):
@@ -93,8 +118,35 @@ def build_app(agent: NodeAgent) -> FastAPI:
     )
     async def command(cmd: Command) -> JSONResponse:
         """Obey a command only if the store says its sender holds the role at that epoch."""
-        ok, detail = await agent.check_command(cmd.sender, cmd.role, cmd.epoch)
+        ok, detail = await agent.obey(cmd.sender, cmd.role, cmd.epoch, cmd.command, cmd.groups)
         result = CommandResult(accepted=ok, detail=detail)
         return JSONResponse(result.model_dump(), status_code=200 if ok else 409)
+
+    @app.get("/v1/groups", response_model=GroupsReport, dependencies=auth)
+    async def groups() -> GroupsReport:
+        """This node's group members: role, term, leader, commit index, live stream."""
+        return GroupsReport.model_validate({"node": agent.node_id, "groups": agent.runner.report()})
+
+    @app.post(
+        "/v1/groups/{object_name}/{partition}/fetch",
+        responses={409: {"description": "this node does not lead the group at that term"}},
+        dependencies=auth,
+    )
+    async def fetch(
+        object_name: Annotated[str, Path(pattern=NAME_PATTERN)],
+        partition: Annotated[int, Path(ge=0, le=99_999)],
+        request: dict[str, Any],
+    ) -> JSONResponse:
+        """A follower's fetch from this group's leader (answered by the workload)."""
+        try:
+            answer = await agent.runner.serve(f"{object_name}/{partition}", request)
+        except BatonError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=409)
+        return JSONResponse(answer)
+
+    @app.get("/v1/placement", dependencies=auth)
+    async def placement() -> dict[str, Any]:
+        """Objects per node and type, group leaders and terms, groups in failure."""
+        return await placement_view(agent.store)
 
     return app

@@ -78,6 +78,12 @@ class TimingsConfig(BaseModel):
         return Timings.for_ttl(self.ttl, **given)
 
 
+class PlacementConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    #: The controller reconciles at least this often (and at once on any relevant change).
+    reconcile_interval: float = Field(default=0.5, gt=0, le=60)
+
+
 class NodeConfig(BaseModel):
     """A validated node configuration."""
 
@@ -94,6 +100,9 @@ class NodeConfig(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     timings: TimingsConfig = Field(default_factory=TimingsConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    #: Extra workload types: type name -> "package.module:Class".
+    workloads: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("node_id")
     @classmethod
@@ -110,6 +119,17 @@ class NodeConfig(BaseModel):
         m = _ADDR.match(v)
         if not m or not 0 <= int(m["port"]) <= 65535:
             raise ValueError("expected host:port, for example 127.0.0.1:7400")
+        return v
+
+    @field_validator("workloads")
+    @classmethod
+    def _workloads(cls, v: dict[str, str]) -> dict[str, str]:
+        from baton.placement.workload import load_types  # imports user code: only when asked
+
+        try:
+            load_types(v)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return v
 
     @field_validator("store")
@@ -173,7 +193,9 @@ _ENV: dict[str, tuple[str, ...]] = {
     "BATON_DATA_DIR": ("data_dir",),
     "BATON_CAPACITY": ("capacity",),
     "BATON_LABELS": ("labels",),
+    "BATON_WORKLOADS": ("workloads",),
     "BATON_TTL": ("timings", "ttl"),
+    "BATON_RECONCILE_INTERVAL": ("placement", "reconcile_interval"),
     "BATON_SPARK_MASTER": ("spark", "master"),
     "BATON_SPARK_REMOTE": ("spark", "remote"),
 }
@@ -184,7 +206,7 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
         if var not in env:
             continue
         value: Any = env[var]
-        if var == "BATON_LABELS":
+        if var in ("BATON_LABELS", "BATON_WORKLOADS"):
             pairs = [p for p in value.split(",") if p]
             if not all("=" in p for p in pairs):
                 raise ConfigError(f"{var}={value!r}: expected k=v pairs separated by commas")

@@ -3,6 +3,8 @@ one process)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
@@ -38,6 +40,36 @@ class NodeMetrics:
         self.requests = Counter(
             "baton_http_requests_total", "API requests", ["method", "route", "status"], registry=r
         )
+        self.objects = Gauge(
+            "baton_placement_members",
+            "Group members placed per node and object type (as the controller last decided)",
+            ["node", "type"],
+            registry=r,
+        )
+        self.moves = Counter(
+            "baton_placement_moves_total", "Group members added to a node by placement", registry=r
+        )
+        self.reconcile_seconds = Histogram(
+            "baton_reconcile_seconds",
+            "Duration of one placement reconciliation pass",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self.suspects = Gauge(
+            "baton_suspect_nodes",
+            "Known nodes without membership or unreachable from the controller",
+            registry=r,
+        )
+        self.leader_transfers = Counter(
+            "baton_leader_transfers_total",
+            "Group leader changes decided by the controller",
+            registry=r,
+        )
+        self.failure_groups = Gauge(
+            "baton_groups_in_failure_reconciliation",
+            "Groups whose suspect leader may not be deposed yet (members still stream from it)",
+            registry=r,
+        )
         self.info = Gauge("baton_node_info", "Node identity", ["node"], registry=r)
         self.info.labels(node=node_id).set(1)
 
@@ -57,6 +89,12 @@ class NodeMetrics:
         election.renewal_observer = self.renewal.observe
         election.error_observer = lambda op: self.store_errors.labels(operation=op).inc()
         self.is_leader.labels(election=label).set(0)
+
+    def set_placement(self, per: Mapping[tuple[str, str], int]) -> None:
+        """Replace the per node and type member counts (series that went to zero disappear)."""
+        self.objects.clear()
+        for (node, type_), count in per.items():
+            self.objects.labels(node=node, type=type_).set(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

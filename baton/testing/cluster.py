@@ -39,12 +39,15 @@ class LocalNode:
     def __init__(self, cluster: LocalCluster, node_id: str) -> None:
         self.cluster = cluster
         self.id = node_id
-        self.port = free_port()
+        self.host = cluster.host_for(node_id)
+        self.port = free_port(self.host)
         self.proc: Proc | None = None
+        #: Extra environment for this node (``BATON_LABELS``, ``BATON_CAPACITY``...).
+        self.env: dict[str, str] = {}
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -59,6 +62,9 @@ class LocalNode:
             "BATON_DATA_DIR": str(c.data_dir / self.id),
             "BATON_LISTEN": self.address,
             "BATON_TTL": str(c.ttl),
+            "BATON_RECONCILE_INTERVAL": str(c.reconcile_interval),
+            **c.env,
+            **self.env,
         }
         (c.data_dir / self.id).mkdir(parents=True, exist_ok=True)
         baton = str(Path(sys.executable).with_name("baton"))
@@ -90,9 +96,25 @@ class LocalCluster:
     """``n`` real node processes sharing one store."""
 
     def __init__(
-        self, n: int, store_url: str | None = None, data_dir: Path | None = None, ttl: float = 2.0
+        self,
+        n: int,
+        store_url: str | None = None,
+        data_dir: Path | None = None,
+        ttl: float = 2.0,
+        *,
+        reconcile_interval: float = 0.5,
+        distinct_hosts: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``distinct_hosts``: each node listens (and calls out) on its own loopback address,
+        127.0.X.<i+1>, so a firewall rule can cut one node off from another (see
+        :class:`baton.testing.network.Firewall`)."""
+        import random
         import tempfile
+
+        self.reconcile_interval = reconcile_interval
+        self.env = dict(env or {})
+        self._subnet = random.randint(2, 250) if distinct_hosts else None
 
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="baton-cluster-"))
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -105,6 +127,11 @@ class LocalCluster:
                 f.write(secrets.token_urlsafe(32))
         self.token = self.token_file.read_text().strip()
         self.nodes = {f"n{i}": LocalNode(self, f"n{i}") for i in range(n)}
+
+    def host_for(self, node_id: str) -> str:
+        if self._subnet is None:
+            return "127.0.0.1"
+        return f"127.0.{self._subnet}.{int(node_id.removeprefix('n')) + 1}"
 
     def start(self) -> Self:
         for node in self.nodes.values():
@@ -127,6 +154,20 @@ class LocalCluster:
         st = self.status()
         ctl = st and st["controller"]
         return (ctl["id"], ctl["epoch"]) if ctl else None
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """``GET path`` (JSON) from the first running node that answers it."""
+        for node in self.nodes.values():
+            if not node.running:
+                continue
+            try:
+                res = node.get(path)
+            except httpx.HTTPError:
+                continue
+            if res.status_code == 200:
+                data: dict[str, Any] = res.json()
+                return data
+        return None
 
     def states(self) -> dict[str, str]:
         st = self.status()

@@ -1,0 +1,166 @@
+"""``baton object ...``, ``baton drain`` and ``baton placement``: the placement commands. They
+talk to the store directly (no running node needed); the controller reacts to the change."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from baton.cli.common import need_store, run_async, store_option
+from baton.errors import ConfigError
+from baton.placement.records import (
+    create_object,
+    delete_object,
+    make_object,
+    read_objects,
+    set_drain,
+)
+from baton.placement.view import placement_view
+from baton.store import open_store
+
+
+def _labels(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--selector {item!r}: expected KEY=VALUE, like zone=a")
+        out[key] = value
+    return out
+
+
+@click.group("object")
+def object_group() -> None:
+    """Create, list and delete placed objects."""
+
+
+@object_group.command("create")
+@click.argument("type_", metavar="TYPE")
+@click.argument("name")
+@click.option("--partitions", default=1, show_default=True, help="Control groups (1-10000).")
+@click.option("--replicas", default=1, show_default=True, help="Members per group (1-9).")
+@click.option("--spec", metavar="JSON", help="Type-specific settings, a JSON object.")
+@click.option("--selector", multiple=True, metavar="K=V", help="Required node label (repeat).")
+@store_option
+def object_create(  # click passes every parameter by keyword
+    *,
+    type_: str,
+    name: str,
+    partitions: int,
+    replicas: int,
+    spec: str | None,
+    selector: tuple[str, ...],
+    store_url: str | None,
+) -> None:
+    """Create object NAME of workload type TYPE."""
+    url = need_store(store_url)
+    obj = make_object(type_, name, partitions, replicas, spec=spec, selector=_labels(selector))
+
+    async def go() -> None:
+        async with open_store(url) as store:
+            await create_object(store, obj)
+
+    run_async(go)
+    click.echo(f"created {obj.type} {obj.name}: {obj.partitions} partition(s) x {obj.replicas}")
+
+
+@object_group.command("list")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def object_list(store_url: str | None, as_json: bool) -> None:
+    """List objects."""
+    url = need_store(store_url)
+
+    async def go() -> list[dict[str, Any]]:
+        async with open_store(url) as store:
+            return [o.model_dump() for o in (await read_objects(store)).values()]
+
+    objects = run_async(go)
+    if as_json:
+        click.echo(json.dumps(objects, indent=2))
+        return
+    table = Table("name", "type", "partitions", "replicas", "selector", "spec")
+    for o in objects:
+        table.add_row(
+            o["name"],
+            o["type"],
+            str(o["partitions"]),
+            str(o["replicas"]),
+            ",".join(f"{k}={v}" for k, v in o["selector"].items()),
+            json.dumps(o["spec"]) if o["spec"] else "",
+        )
+    Console().print(table)
+
+
+@object_group.command("delete")
+@click.argument("name")
+@store_option
+def object_delete(name: str, store_url: str | None) -> None:
+    """Delete object NAME (its members are stopped by the controller)."""
+    url = need_store(store_url)
+
+    async def go() -> None:
+        async with open_store(url) as store:
+            await delete_object(store, name)
+
+    run_async(go)
+    click.echo(f"deleted {name}")
+
+
+@click.command("drain")
+@click.argument("node")
+@click.option("--undo", is_flag=True, help="Let the node receive members again.")
+@store_option
+def drain(node: str, undo: bool, store_url: str | None) -> None:
+    """Move every member off NODE and place nothing new on it."""
+    url = need_store(store_url)
+
+    async def go() -> None:
+        async with open_store(url) as store:
+            await set_drain(store, node, not undo)
+
+    run_async(go)
+    click.echo(f"{node}: {'no longer draining' if undo else 'draining'}")
+
+
+@click.command("placement")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def placement(store_url: str | None, as_json: bool) -> None:
+    """Objects per node and type, group leaders and terms, groups in failure reconciliation."""
+    url = need_store(store_url)
+
+    async def go() -> dict[str, Any]:
+        async with open_store(url) as store:
+            return await placement_view(store)
+
+    view = run_async(go)
+    if as_json:
+        click.echo(json.dumps(view, indent=2))
+        return
+    console = Console()
+    types = sorted({t for per in view["per_node"].values() for t in per})
+    table = Table("node", *types, "leaders", title="members per node and type")
+    for node, per in view["per_node"].items():
+        drained = " (draining)" if node in view["draining"] else ""
+        table.add_row(
+            node + drained, *(str(per.get(t, 0)) for t in types), str(view["leaders"].get(node, 0))
+        )
+    console.print(table)
+    groups = Table("group", "type", "leader", "term", "members", "state", title="groups")
+    for g in view["groups"]:
+        groups.add_row(
+            g["group"],
+            g["type"],
+            g["leader"] or "-",
+            str(g["term"]),
+            ",".join(g["members"]),
+            g["state"] + (f": {g['detail']}" if g["detail"] else ""),
+        )
+    console.print(groups)
+    if view["failures"]:
+        console.print(f"[bold red]{len(view['failures'])} group(s) in failure reconciliation")

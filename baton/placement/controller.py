@@ -1,0 +1,260 @@
+"""The placement controller: runs on the node that holds the controller lease.
+
+Each pass observes (objects, groups, nodes, drains from the store; each live node's member
+report over its API), decides (:func:`baton.placement.decide.decide`), writes the group records
+that changed (one transaction per chunk, each conditioned on the controller's lease at its epoch
+and on the records' versions), and sends a ``sync`` command, carrying the controller's epoch,
+to every node whose members do not yet match. Passes run on every relevant store change and at
+least every ``reconcile_interval``; a pass is idempotent, so an interrupted one (a crash, a lost
+leadership) is simply done again by whoever controls next.
+
+A controller that lost its lease changes nothing: its ``leadership()`` body is cancelled at once,
+a write that races the loss fails its ``LeaseHeld`` condition, and nodes refuse its commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from baton.election import Term
+from baton.errors import BatonError, LeaseLost, StoreError
+from baton.node.peers import PeerError
+from baton.node.status import MEMBERS, NODES
+from baton.placement.decide import Decision, NodeView, Observed, decide
+from baton.placement.records import (
+    GROUPS,
+    GroupRecord,
+    dump,
+    read_drains,
+    read_groups,
+    read_objects,
+)
+from baton.store import Condition, Delete, LeaseHeld, Op, Put, VersionIs
+
+if TYPE_CHECKING:
+    from baton.node.agent import NodeAgent
+
+log = logging.getLogger("baton.placement")
+
+#: Group writes per transaction (bounded so one pass over 10k groups is not one huge write).
+CHUNK = 64
+
+
+class Deposed(BatonError):
+    """A fenced write failed on the controller's lease: this node no longer controls."""
+
+
+class PlacementController:
+    """Reconciles placement while this node is controller."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+        self.store = agent.store
+        self.interval = agent.config.placement.reconcile_interval
+        self._wake = asyncio.Event()
+        #: The last pass's decision and observation (for status and tests).
+        self.last: Decision | None = None
+        self.passes = 0
+        self._versions: dict[str, int] = {}
+
+    async def run(self) -> None:
+        """Forever: wait to be controller, reconcile while it lasts."""
+        while True:
+            try:
+                async with self.agent.controller.leadership() as term:
+                    await self._lead(term)
+            except LeaseLost as exc:
+                log.warning("placement stopped: controller role lost", extra={"reason": str(exc)})
+            except Deposed:
+                log.warning("placement stopped: a fenced write was refused")
+                await asyncio.sleep(self.interval)
+
+    async def _lead(self, term: Term) -> None:
+        log.info("placement controller started", extra={"epoch": term.epoch})
+        watcher = asyncio.create_task(self._watch(), name="placement-watch")
+        try:
+            while True:
+                self._wake.clear()
+                started = time.monotonic()
+                try:
+                    await self.reconcile(term)
+                except StoreError as exc:
+                    self.agent.metrics.store_errors.labels(operation="reconcile").inc()
+                    log.warning("reconcile failed", extra={"error": str(exc)})
+                self.agent.metrics.reconcile_seconds.observe(time.monotonic() - started)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch(self) -> None:
+        """Wake a pass on any change but the controller's own group writes."""
+        while True:
+            try:
+                async for change in self.store.watch(""):
+                    if not change.key.startswith(GROUPS):
+                        self._wake.set()
+            except StoreError:
+                await asyncio.sleep(self.interval)
+
+    async def observe(self, epoch: int) -> Observed:
+        store = self.store
+        objects = await read_objects(store)
+        groups = await read_groups(store)
+        self._versions = {k: v for k, (_, v) in groups.items()}
+        drains = await read_drains(store)
+        live = {x.holder for x in await store.list_leases(MEMBERS)}
+        records, _ = await store.list(NODES)
+        infos = [json.loads(r.value) for r in records]
+        reports: dict[str, dict[str, dict[str, Any]]] = {}
+
+        async def poll(info: dict[str, Any]) -> None:
+            try:
+                answer = await self.agent.peers.call(info["address"], "GET", "/v1/groups")
+            except PeerError:
+                return
+            reports[info["id"]] = {g["group"]: g for g in answer.get("groups", [])}
+
+        await asyncio.gather(*(poll(i) for i in infos if i["id"] in live))
+        nodes = {
+            i["id"]: NodeView(
+                id=i["id"],
+                address=i["address"],
+                capacity=int(i.get("capacity", 0)),
+                labels=i.get("labels", {}),
+                types=frozenset(i.get("types", [])),
+                live=i["id"] in live,
+                reachable=i["id"] in reports,
+                draining=i["id"] in drains,
+            )
+            for i in infos
+        }
+        return Observed(
+            objects=objects,
+            groups={k: g for k, (g, _) in groups.items()},
+            nodes=nodes,
+            reports=reports,
+            controller_epoch=epoch,
+            now=await store.now(),
+        )
+
+    async def reconcile(self, term: Term) -> Decision:
+        """One pass: observe, decide, write (fenced), tell the nodes."""
+        obs = await self.observe(term.epoch)
+        versions = self._versions
+        decision = decide(obs)
+        changed = {k: g for k, g in decision.groups.items() if g != obs.groups.get(k)}
+        await self._write(term, changed, versions)
+        await self._command(term, obs, decision)
+        self._account(obs, decision, changed)
+        self.last = decision
+        self.passes += 1
+        return decision
+
+    async def _write(
+        self, term: Term, changed: dict[str, GroupRecord | None], versions: dict[str, int]
+    ) -> None:
+        lease = term.lease
+        fence = LeaseHeld(lease.name, lease.holder, lease.epoch)
+        items = sorted(changed.items())
+        for i in range(0, len(items), CHUNK):
+            ops: list[Op] = []
+            conditions: list[Condition] = [fence]
+            for key, group in items[i : i + CHUNK]:
+                ops.append(Put(GROUPS + key, dump(group)) if group else Delete(GROUPS + key))
+                conditions.append(VersionIs(GROUPS + key, versions.get(key, 0)))
+            res = await self.store.txn(ops, conditions)
+            if not res.ok:
+                if fence in res.failed:
+                    raise Deposed(f"controller lease at epoch {lease.epoch} no longer held")
+                return  # a record moved under us: the next pass starts from the new state
+
+    async def _command(self, term: Term, obs: Observed, decision: Decision) -> None:
+        """Send ``sync`` to every reachable node whose members differ from the records."""
+        todo: dict[str, set[str]] = {}
+        for key, group in decision.groups.items():
+            old = obs.groups.get(key)
+            nodes = set(group.members if group else ()) | set(old.members if old else ())
+            for node in nodes:
+                rep = obs.reports.get(node, {}).get(key)
+                if group is None or node not in group.members:
+                    if rep is not None:
+                        todo.setdefault(node, set()).add(key)
+                    continue
+                want = "leader" if node == group.leader else "follower"
+                if (
+                    rep is None
+                    or rep.get("term") != group.term
+                    or rep.get("role") != want
+                    or (want == "follower" and rep.get("leader") != group.leader)
+                ):
+                    todo.setdefault(node, set()).add(key)
+        for node, reports in obs.reports.items():
+            for key in reports:
+                if key not in decision.groups:  # a group whose record is already gone
+                    todo.setdefault(node, set()).add(key)
+
+        async def send(node: str, keys: Sequence[str]) -> None:
+            view = obs.nodes.get(node)
+            if view is None or not view.live or not view.reachable:
+                return
+            body = {
+                "sender": self.agent.node_id,
+                "role": "controller",
+                "epoch": term.epoch,
+                "command": "sync",
+                "groups": list(keys),
+            }
+            try:
+                await self.agent.peers.call(view.address, "POST", "/v1/commands", body)
+            except PeerError as exc:
+                if exc.status == 409:
+                    raise Deposed(f"{node} refused epoch {term.epoch}: {exc}") from None
+                log.info("sync command failed", extra={"to": node, "error": str(exc)})
+
+        await asyncio.gather(*(send(n, sorted(k)) for n, k in sorted(todo.items())))
+
+    def _account(
+        self, obs: Observed, decision: Decision, changed: dict[str, GroupRecord | None]
+    ) -> None:
+        m = self.agent.metrics
+        per: Counter[tuple[str, str]] = Counter()
+        for group in decision.groups.values():
+            if group is not None:
+                for node in group.members:
+                    per[(node, group.type)] += 1
+        m.set_placement(per)
+        if decision.placement is not None and decision.placement.moves:
+            m.moves.inc(decision.placement.moves)
+        m.leader_transfers.inc(len(decision.transfers))
+        m.suspects.set(sum(1 for v in obs.nodes.values() if not v.live or not v.reachable))
+        m.failure_groups.set(len(decision.failures))
+        for key in decision.transfers:
+            group = decision.groups.get(key)
+            if group is not None and key in changed:
+                t = group.transfer
+                log.warning(
+                    "group leader transferred",
+                    extra={
+                        "group": key,
+                        "to": group.leader,
+                        "from": t.previous if t else None,
+                        "term": group.term,
+                        "reason": t.reason if t else "",
+                    },
+                )
+        for key in decision.failures:
+            group = decision.groups.get(key)
+            if group is not None and key in changed:
+                log.warning(
+                    "group in failure reconciliation", extra={"group": key, "detail": group.detail}
+                )

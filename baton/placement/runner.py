@@ -1,0 +1,210 @@
+"""The node side of placement: runs this node's group members as the group records say.
+
+The runner acts only when told, by a controller command the node has verified against the
+store (see :meth:`NodeAgent.check_command`), and then reads the group records from the store
+itself: a command names groups, it does not carry their state, so a delayed or replayed command
+can only make the node converge to what the store says now. It also stops every leader role the
+moment the node loses its membership lease: a node cut off from the store stops acting before
+the controller may nominate someone else (invariant 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from baton.errors import BatonError, StoreError
+from baton.placement.records import GROUPS, OBJECTS, GroupRecord, parse_group, parse_object
+from baton.placement.workload import Fetch, NotLeader, Workload, WorkloadContext
+from baton.store import Store
+
+log = logging.getLogger("baton.placement")
+
+
+@dataclass(slots=True)
+class Member:
+    """This node's member of one group."""
+
+    workload: Workload
+    role: str = "none"  # "leader", "follower" or "none" (placed but not started)
+    term: int = 0
+    leader: str | None = None
+    error: str = ""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Runner:
+    """Converges this node's members to the group records, on command."""
+
+    def __init__(
+        self,
+        node_id: str,
+        store: Store,
+        *,
+        data_dir: Path,
+        types: dict[str, type[Workload]],
+        fetch: Fetch,
+        may_lead: Callable[[], bool],
+    ) -> None:
+        self.node_id = node_id
+        self.store = store
+        self.data_dir = data_dir
+        self.types = types
+        self.fetch = fetch
+        #: Whether this node holds its membership lease (no leader role starts without it).
+        self.may_lead = may_lead
+        self.members: dict[str, Member] = {}
+        self._background: set[asyncio.Future[None]] = set()
+
+    async def sync(self, keys: Iterable[str]) -> None:
+        """Make the members of ``keys`` match their group records in the store."""
+        for key in sorted(set(keys)):
+            await self._sync_one(key)
+
+    async def _sync_one(self, key: str) -> None:
+        rec = await self.store.get(GROUPS + key)
+        group = parse_group(rec.value) if rec is not None else None
+        if group is not None and self.node_id not in group.members:
+            group = None
+        member = self.members.get(key)
+        if group is None:
+            if member is not None:
+                async with member.lock:
+                    await self._stop(member)
+                    await member.workload.close()
+                self.members.pop(key, None)
+            return
+        if member is None:
+            member = await self._create(group)
+            if member is None:
+                return
+        async with member.lock:
+            await self._converge(member, group)
+
+    async def _create(self, group: GroupRecord) -> Member | None:
+        cls = self.types.get(group.type)
+        obj_rec = await self.store.get(OBJECTS + group.object)
+        if cls is None or obj_rec is None:
+            return None
+        obj = parse_object(obj_rec.value)
+        path = self.data_dir / "groups" / group.object / str(group.partition)
+        path.mkdir(parents=True, exist_ok=True)
+        ctx = WorkloadContext(obj, group.partition, group.key, self.node_id, path, self.fetch)
+        member = Member(cls(ctx))
+        self.members[group.key] = member
+        return member
+
+    async def _converge(self, member: Member, group: GroupRecord) -> None:
+        want_leader = group.leader == self.node_id
+        if want_leader and not self.may_lead():
+            want_leader = False  # without membership this node leads nothing
+        if group.leader is None:
+            role, leader = "none", None
+        elif want_leader:
+            role, leader = "leader", self.node_id
+        elif group.leader == self.node_id:
+            role, leader = "none", None
+        else:
+            role, leader = "follower", group.leader
+        if (member.role, member.term, member.leader) == (role, group.term, leader):
+            return
+        # A term only moves forward: a record older than what this member runs is ignored.
+        if group.term < member.term:
+            return
+        try:
+            await self._stop(member)
+            if role == "leader":
+                await member.workload.start_leader(group.term)
+            elif role == "follower" and leader is not None:
+                await member.workload.start_follower(leader, group.term)
+            member.role, member.term, member.leader, member.error = role, group.term, leader, ""
+            log.info(
+                "group role",
+                extra={
+                    "group": group.key,
+                    "group_role": role,
+                    "term": group.term,
+                    "leader": leader,
+                },
+            )
+        except Exception as exc:  # a workload's bug must not take the node down
+            member.error = f"{type(exc).__name__}: {exc}"
+            log.warning("group role failed", extra={"group": group.key, "error": member.error})
+
+    async def _stop(self, member: Member) -> None:
+        try:
+            if member.role == "leader":
+                await member.workload.stop_leader()
+            elif member.role == "follower":
+                await member.workload.stop_follower()
+        finally:
+            member.role, member.leader = "none", None
+
+    def drop_leaders(self) -> None:
+        """Membership lost: stop every leader role now (scheduled before any await returns)."""
+        for key, member in self.members.items():
+            if member.role == "leader":
+                task = asyncio.ensure_future(self._drop(key, member))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+
+    async def _drop(self, key: str, member: Member) -> None:
+        async with member.lock:
+            if member.role == "leader":
+                await self._stop(member)
+                log.warning("group leader role stopped: membership lost", extra={"group": key})
+
+    async def resync_all(self) -> None:
+        """Converge every group this node is a member of (after regaining membership)."""
+        try:
+            records, _ = await self.store.list(GROUPS)
+        except StoreError:
+            return
+        mine = {
+            parse_group(r.value).key
+            for r in records
+            if self.node_id in parse_group(r.value).members
+        }
+        await self.sync(mine | set(self.members))
+
+    def report(self) -> list[dict[str, Any]]:
+        """What the controller polls: role, term, leader, commit index, stream liveness."""
+        out = []
+        for key, m in sorted(self.members.items()):
+            try:
+                index = m.workload.commit_index()
+                live = m.workload.stream_live() if m.role == "follower" else False
+            except Exception as exc:
+                index, live, m.error = -1, False, f"{type(exc).__name__}: {exc}"
+            out.append(
+                {
+                    "group": key,
+                    "role": m.role,
+                    "term": m.term,
+                    "leader": m.leader,
+                    "commit_index": index,
+                    "stream_live": live,
+                    "error": m.error,
+                }
+            )
+        return out
+
+    async def serve(self, key: str, request: dict[str, Any]) -> dict[str, Any]:
+        """A follower's fetch for group ``key``; only this group's leader answers."""
+        member = self.members.get(key)
+        if member is None or member.role != "leader":
+            raise NotLeader(f"{self.node_id} does not lead {key}")
+        return await member.workload.serve(request)
+
+    async def close(self) -> None:
+        for member in list(self.members.values()):
+            try:
+                await self._stop(member)
+                await member.workload.close()
+            except BatonError as exc:
+                log.warning("closing a member failed", extra={"error": str(exc)})
+        self.members.clear()

@@ -1,0 +1,233 @@
+"""Workload types: what runs in a control group's members.
+
+A workload type is a :class:`Workload` subclass registered under a type name, from three places
+(later ones win): the built-in types, the ``baton.workloads`` entry point group of installed
+packages, and the node config's ``[workloads]`` table (``name = "package.module:Class"``).
+
+One instance runs per group member on its node. The node's runner calls the hooks as the
+group record says: ``start_leader(term)`` on the nominated leader, ``start_follower(leader,
+term)`` on the others, and the matching ``stop_*`` before a role changes. ``term`` is the
+group's epoch: every side effect of a leader must carry it, and whatever receives it must refuse
+a term lower than the highest it has seen. The controller asks members for
+``commit_index()`` (how much of the group's data this member has) and ``stream_live()``
+(whether this follower currently receives from its leader) to decide leader transfers.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+from baton.errors import BatonError, ConfigError
+from baton.placement.records import NAME, ObjectSpec
+
+log = logging.getLogger("baton.workload")
+
+ENTRY_POINTS = "baton.workloads"
+
+#: Ask the leader of a group (node id, group key, request) -> its answer.
+Fetch = Callable[[str, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadContext:
+    """What a workload instance knows about where it runs."""
+
+    obj: ObjectSpec
+    partition: int
+    group: str
+    node_id: str
+    #: A directory of its own, kept across restarts of the node.
+    data_dir: Path
+    #: Ask the group's leader (through its node's API, with the cluster token).
+    fetch: Fetch
+
+
+class Workload(abc.ABC):
+    """One member of a control group on this node. Hooks run on the node's event loop and must
+    not block it; a hook that raises leaves the member reported with the error (the controller
+    retries)."""
+
+    #: The type name objects use (``baton object create TYPE ...``).
+    type_name: ClassVar[str]
+
+    def __init__(self, ctx: WorkloadContext) -> None:
+        self.ctx = ctx
+
+    @abc.abstractmethod
+    async def start_leader(self, term: int) -> None:
+        """Become the group's leader at ``term`` (higher than any earlier term of the group)."""
+
+    @abc.abstractmethod
+    async def stop_leader(self) -> None:
+        """Stop every leader action at once (the term is over)."""
+
+    @abc.abstractmethod
+    async def start_follower(self, leader: str, term: int) -> None:
+        """Follow ``leader`` (a node id) from ``term`` on."""
+
+    @abc.abstractmethod
+    async def stop_follower(self) -> None:
+        """Stop following."""
+
+    @abc.abstractmethod
+    def commit_index(self) -> int:
+        """How far this member's copy of the group's data goes (higher is more)."""
+
+    def stream_live(self) -> bool:
+        """Whether this follower has a live stream from its leader right now."""
+        return False
+
+    async def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer a follower's ``fetch`` (called on the leader's node)."""
+        raise BatonError(f"workload type {self.type_name!r} serves no fetches")
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release resources (the member is leaving this node or the node stops)."""
+
+
+class NotLeader(BatonError):
+    """A fetch reached a member that is not the group's leader at the asked term."""
+
+
+class Counter(Workload):
+    """The built-in ``counter``: the leader advances a counter every ``interval`` seconds
+    (spec, default 0.1) and followers copy it from the leader. Its value is the commit index.
+
+    Each member keeps ``{"term", "index"}`` in a file of its data dir, so a restarted member
+    reports what it had. A follower copies only from a leader whose term is the one it follows;
+    the leader answers only while it leads that term, so a deposed leader feeds no one.
+    """
+
+    type_name = "counter"
+
+    def __init__(self, ctx: WorkloadContext) -> None:
+        super().__init__(ctx)
+        self.interval = float(ctx.obj.spec.get("interval", 0.1))
+        self._file = ctx.data_dir / "counter.json"
+        self.index, self.term = self._load()
+        self.leading_term: int | None = None
+        self.following: tuple[str, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_copy = 0.0
+
+    def _load(self) -> tuple[int, int]:
+        try:
+            data = json.loads(self._file.read_text())
+            return int(data["index"]), int(data["term"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0, 0
+
+    def _save(self) -> None:
+        tmp = self._file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"index": self.index, "term": self.term}))
+        tmp.replace(self._file)  # atomic: a crash leaves the old or the new value
+
+    async def _stop_task(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def start_leader(self, term: int) -> None:
+        await self._stop_task()
+        self.following = None
+        self.leading_term = term
+        self.term = term
+        self._task = asyncio.create_task(self._advance(term), name=f"counter-lead-{self.ctx.group}")
+
+    async def _advance(self, term: int) -> None:
+        while self.leading_term == term:
+            self.index += 1
+            self._save()
+            await asyncio.sleep(self.interval)
+
+    async def stop_leader(self) -> None:
+        self.leading_term = None
+        await self._stop_task()
+
+    async def start_follower(self, leader: str, term: int) -> None:
+        await self._stop_task()
+        self.leading_term = None
+        self.following = (leader, term)
+        self._last_copy = 0.0
+        self._task = asyncio.create_task(
+            self._copy(leader, term), name=f"counter-follow-{self.ctx.group}"
+        )
+
+    async def _copy(self, leader: str, term: int) -> None:
+        while True:
+            try:
+                answer = await self.ctx.fetch(leader, self.ctx.group, {"term": term})
+                if int(answer.get("term", -1)) == term:
+                    # A follower never goes back: it keeps the highest index it has seen.
+                    self.index = max(self.index, int(answer["index"]))
+                    self.term = term
+                    self._save()
+                    self._last_copy = time.monotonic()
+            except (BatonError, OSError, ValueError, KeyError) as exc:
+                log.debug("counter copy failed", extra={"group": self.ctx.group, "error": str(exc)})
+            await asyncio.sleep(self.interval)
+
+    async def stop_follower(self) -> None:
+        self.following = None
+        await self._stop_task()
+
+    def commit_index(self) -> int:
+        return self.index
+
+    def stream_live(self) -> bool:
+        # Live: a copy from the leader succeeded within a few intervals (at least half a second,
+        # so one slow request does not look like a dead leader).
+        window = max(2.5 * self.interval, 0.5)
+        return self.following is not None and time.monotonic() - self._last_copy < window
+
+    async def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        term = request.get("term")
+        if self.leading_term is None or term != self.leading_term:
+            raise NotLeader(f"not the leader of {self.ctx.group} at term {term}")
+        return {"term": self.leading_term, "index": self.index}
+
+    async def close(self) -> None:
+        self.leading_term = None
+        self.following = None
+        await self._stop_task()
+
+
+BUILTIN: dict[str, type[Workload]] = {Counter.type_name: Counter}
+
+
+def _load_class(name: str, target: str) -> type[Workload]:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"workloads.{name} = {target!r}: expected 'package.module:Class'")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"workloads.{name} = {target!r}: cannot import it ({exc})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Workload)):
+        raise ConfigError(f"workloads.{name} = {target!r}: not a baton Workload subclass")
+    return cls
+
+
+def load_types(configured: Mapping[str, str] | None = None) -> dict[str, type[Workload]]:
+    """Every workload type this node can run, by type name."""
+    types = dict(BUILTIN)
+    for ep in metadata.entry_points(group=ENTRY_POINTS):
+        types[ep.name] = _load_class(ep.name, ep.value)
+    for name, target in (configured or {}).items():
+        if not NAME.match(name):
+            raise ConfigError(f"workloads.{name}: a type name is 1-128 letters, digits, '_.-'")
+        types[name] = _load_class(name, target)
+    return types
