@@ -11,7 +11,11 @@ fenced log with its epoch. The demo then
 3. stops everyone cleanly, and checks the fenced log: epochs only went up, every takeover had a
    higher epoch, and no deposed leader wrote after its successor started;
 4. starts three node agents (``baton node``), shows the elected controller, SIGKILLs it and
-   shows the new controller and the measured takeover, then stops them cleanly.
+   shows the new controller and the measured takeover;
+5. restarts it, creates 12 replicated objects (the built-in ``counter`` workload), shows them
+   spread over the nodes, SIGKILLs a node, and shows its members moved (no more than it held)
+   and the groups it led transferred to the member with the highest commit index; then stops
+   every node cleanly.
 
 It prints what happened and how long each step took, and exits 0 only when every check held.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from baton.demo_placement import placement_part
 from baton.testing.cluster import LocalCluster
 from baton.testing.fenced import Entry, FencedLog
 from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest
@@ -81,6 +86,13 @@ def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]
 
         state = cluster.wait_for(lapsed)
         steps.append(Step("killed node reported", 0.0, f"the others report {first} {state}", True))
+        cluster.restart(first)
+        cluster.wait_for(lambda: list(cluster.states().values()) == ["live"] * 3, timeout=30)
+
+        def step(what: str, seconds: float, detail: str, ok: bool) -> None:
+            steps.append(Step(what, seconds, detail, ok))
+
+        good &= placement_part(console, cluster, second, step)
     return good
 
 

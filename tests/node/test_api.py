@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -12,6 +13,10 @@ from fastapi.routing import APIRoute
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
 from baton.node.config import NodeConfig, load
+from baton.placement.records import create_object, make_object
+from baton.placement.view import placement_view
+from baton.store import open_store
+from baton.testing import await_for
 
 TOKEN = "cluster-token-0123456789"
 
@@ -113,4 +118,50 @@ def test_openapi_matches_the_routes(tmp_path: Path) -> None:
         ("GET", "/v1/status"),
         ("GET", "/metrics"),
         ("POST", "/v1/commands"),
+        ("GET", "/v1/groups"),
+        ("POST", "/v1/groups/{object_name}/{partition}/fetch"),
+        ("GET", "/v1/placement"),
     }
+
+
+async def test_sync_command_runs_the_group_as_the_store_says(agent: NodeAgent) -> None:
+    async with open_store(agent.config.store) as store:
+        await create_object(store, make_object("counter", "ctr", 1, 1, spec={"interval": 0.05}))
+    epoch = agent.controller.epoch
+    assert epoch is not None
+
+    async def group_placed() -> dict[str, Any] | None:
+        view = await placement_view(agent.store)
+        return view["groups"][0] if view["groups"] else None
+
+    # The controller (this node) writes the group record; it cannot reach its own advertised
+    # address here (no HTTP server in process), so the test delivers the sync command.
+    group = await await_for(group_placed, timeout=10)
+    assert group["members"] == ["a"] and group["leader"] == "a"
+    cmd = {"sender": "a", "role": "controller", "epoch": epoch, "command": "sync"}
+    async with client(agent) as c:
+        stale = await c.post("/v1/commands", json={**cmd, "epoch": epoch - 1, "groups": ["ctr/0"]})
+        assert stale.status_code == 409
+        assert (await c.get("/v1/groups")).json() == {"node": "a", "groups": []}
+        res = await c.post("/v1/commands", json={**cmd, "groups": ["ctr/0"]})
+        assert res.status_code == 200, res.text
+        report = (await c.get("/v1/groups")).json()["groups"]
+        assert [(r["group"], r["role"], r["term"]) for r in report] == [
+            ("ctr/0", "leader", group["term"])
+        ]
+        fetched = await c.post("/v1/groups/ctr/0/fetch", json={"term": group["term"]})
+        assert fetched.status_code == 200 and fetched.json()["term"] == group["term"]
+        wrong = await c.post("/v1/groups/ctr/0/fetch", json={"term": group["term"] - 1})
+        assert wrong.status_code == 409
+        assert (await c.post("/v1/groups/nope/0/fetch", json={})).status_code == 409
+        bad = await c.post("/v1/commands", json={**cmd, "groups": ["no-partition"]})
+        assert bad.status_code == 422
+        view = (await c.get("/v1/placement")).json()
+        assert view["per_node"] == {"a": {"counter": 1}} and view["leaders"] == {"a": 1}
+
+
+@pytest.mark.parametrize("path", ["/v1/groups", "/v1/placement"])
+async def test_placement_routes_need_the_token(agent: NodeAgent, path: str) -> None:
+    async with client(agent, token="wrong-token-0123456789") as c:
+        assert (await c.get(path)).status_code == 401
+        assert (await c.post("/v1/groups/x/0/fetch", json={})).status_code == 401

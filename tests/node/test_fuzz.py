@@ -21,7 +21,9 @@ def test_api_conforms_and_never_fails(tmp_path: Path) -> None:
         headers = {"authorization": f"Bearer {cluster.token}"}
         operations = [result.ok() for result in schema.get_all_operations()]  # type: ignore[union-attr]
         assert {op.label for op in operations} == {
-            "GET /healthz", "GET /v1/status", "GET /metrics", "POST /v1/commands"
+            "GET /healthz", "GET /v1/status", "GET /metrics", "POST /v1/commands",
+            "GET /v1/groups", "POST /v1/groups/{object_name}/{partition}/fetch",
+            "GET /v1/placement",
         }  # fmt: skip
         for op in operations:
 

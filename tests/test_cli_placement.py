@@ -1,0 +1,71 @@
+"""``baton object``, ``baton drain`` and ``baton placement``: they work on every backend, and
+bad input is one line that changes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Backend
+from tests.test_cli import baton, one_line_error
+
+
+def test_object_lifecycle(backend: Backend) -> None:
+    s = ["--store", backend.url]
+    res = baton("object", "create", "counter", "orders", "--partitions", "3", "--replicas", "2",
+                "--spec", '{"interval": 0.2}', "--selector", "zone=a", *s)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "3 partition(s) x 2" in res.stdout
+    listed = json.loads(baton("object", "list", "--json", *s).stdout)
+    assert listed == [
+        {
+            "name": "orders",
+            "type": "counter",
+            "partitions": 3,
+            "replicas": 2,
+            "spec": {"interval": 0.2},
+            "selector": {"zone": "a"},
+            "created_at": listed[0]["created_at"],
+        }
+    ]
+    assert listed[0]["created_at"] > 0
+    table = baton("object", "list", *s).stdout
+    assert "orders" in table and "zone=a" in table
+    # The name is taken: refused, and the object is unchanged.
+    again = baton("object", "create", "counter", "orders", "--replicas", "1", *s)
+    one_line_error(again, "already exists")
+    assert json.loads(baton("object", "list", "--json", *s).stdout) == listed
+    # No controller ran: placement shows no groups yet, but works.
+    view = json.loads(baton("placement", "--json", *s).stdout)
+    assert view["groups"] == [] and view["objects"][0]["name"] == "orders"
+    assert baton("drain", "n1", *s).returncode == 0
+    assert json.loads(baton("placement", "--json", *s).stdout)["draining"] == ["n1"]
+    assert baton("drain", "n1", "--undo", *s).returncode == 0
+    assert json.loads(baton("placement", "--json", *s).stdout)["draining"] == []
+    assert baton("object", "delete", "orders", *s).returncode == 0
+    assert json.loads(baton("object", "list", "--json", *s).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["object", "create", "counter", "bad/name"], ["object name", "bad/name"]),
+        (["object", "create", "counter", "x", "--partitions", "0"], ["partitions"]),
+        (["object", "create", "counter", "x", "--replicas", "10"], ["replicas"]),
+        (["object", "create", "counter", "x", "--spec", "{nope"], ["--spec", "JSON"]),
+        (["object", "create", "counter", "x", "--spec", "[1]"], ["JSON object"]),
+        (["object", "create", "counter", "x", "--selector", "zone"], ["--selector", "KEY=VALUE"]),
+        (["object", "create", "Bad Type", "x"], ["object type"]),
+        (["object", "delete", "nothing"], ["no object named", "nothing"]),
+        (["drain", "bad id!"], ["node id"]),
+        (["object", "create", "counter"], ["NAME"]),
+    ],
+)
+def test_bad_input_changes_nothing(tmp_path: Path, args: list[str], needles: list[str]) -> None:
+    s = ["--store", f"sqlite://{tmp_path / 's.db'}"]
+    res = baton(*args, *s)
+    one_line_error(res, *needles)
+    assert json.loads(baton("object", "list", "--json", *s).stdout) == []
+    assert json.loads(baton("placement", "--json", *s).stdout)["draining"] == []
