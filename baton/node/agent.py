@@ -71,6 +71,7 @@ class NodeAgent:
         self.down_since: dict[str, float] = {}
         self._watch_task: asyncio.Task[None] | None = None
         self._placement_task: asyncio.Task[None] | None = None
+        self._demotion_task: asyncio.Task[None] | None = None
         self.types = load_types(config.workloads)
         host, _ = config.host_port()
         self.peers = Peers(config.cluster_token, max(1.0, self.timings.request_timeout), host)
@@ -145,12 +146,13 @@ class NodeAgent:
         await self.controller.start()
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
         self._placement_task = asyncio.create_task(self.placement.run(), name="placement")
+        self._demotion_task = asyncio.create_task(self.runner.watch_demotions(), name="demotions")
         log.info("node started", extra={"epoch": term.epoch})
 
     async def stop(self) -> None:
         """Resign every role and release membership, so successors start at once. The
         controller role is handed to a live node by name (no election timeout to wait)."""
-        for task in (self._watch_task, self._placement_task):
+        for task in (self._watch_task, self._placement_task, self._demotion_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

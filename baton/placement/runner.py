@@ -144,6 +144,37 @@ class Runner:
         finally:
             member.role, member.leader = "none", None
 
+    async def watch_demotions(self) -> None:
+        """Stop a leader role the moment the store shows this node was deposed (another leader
+        or a higher term), even when no command can reach the node: a node that still sees the
+        store but that the controller and its peers cannot reach stops acting at once instead
+        of leading on at a stale term. Only demotions happen here; a node starts a role only
+        when the controller tells it to."""
+        since = None
+        while True:
+            try:
+                since = since or await self.store.head()
+                async for change in self.store.watch(GROUPS, since=since):
+                    since = change.position
+                    key = change.key.removeprefix(GROUPS)
+                    member = self.members.get(key)
+                    if member is None or member.role != "leader":
+                        continue
+                    group = parse_group(change.value) if change.value else None
+                    if group is None or group.leader != self.node_id or group.term > member.term:
+                        await self._demote(key, member)
+            except asyncio.CancelledError:
+                raise
+            except StoreError:
+                since = None  # resume from now; the membership lease covers the gap
+                await asyncio.sleep(0.5)
+
+    async def _demote(self, key: str, member: Member) -> None:
+        async with member.lock:
+            if member.role == "leader":
+                await self._stop(member)
+                log.warning("group leader role stopped: deposed in the store", extra={"group": key})
+
     def drop_leaders(self) -> None:
         """Membership lost: stop every leader role now (scheduled before any await returns)."""
         for key, member in self.members.items():

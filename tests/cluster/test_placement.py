@@ -255,6 +255,14 @@ def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
         assert g["term"] > group["term"]
         assert "no stream" in g["transfer"]["reason"]
 
+        # The deposed leader still reaches the store: it stops leading at once, although no
+        # command can reach it.
+        def demoted() -> bool:
+            rows = leader.get("/v1/groups").json()["groups"]
+            return all(r["role"] != "leader" for r in rows if r["group"] == group["group"])
+
+        c.wait_for(demoted, timeout=10)
+
 
 def _reconcile_count(c: LocalCluster, node: str) -> float:
     for line in c.node(node).get("/metrics").text.splitlines():
