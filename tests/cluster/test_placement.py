@@ -95,6 +95,9 @@ def test_balance_node_loss_restart_and_drain(cluster: LocalCluster) -> None:
     before = members(view)
     leaders = {g["group"]: g["leader"] for g in view["groups"]}
     assert len({v for v in leaders.values()}) == 5  # leadership is spread too
+    metrics = c.node(ctl).get("/metrics").text
+    assert all(f'baton_placement_members{{node="{n}",type="{t}"}} 8.0' in metrics
+               for n in c.nodes for t in TYPES)  # fmt: skip
 
     # Kill a node that is not the controller: its members move (minimal moves) and the groups
     # it led get the member with the highest commit index as leader.
@@ -117,6 +120,10 @@ def test_balance_node_loss_restart_and_drain(cluster: LocalCluster) -> None:
             assert t is not None and t["previous"] == victim and g["leader"] == t["chosen"]
             assert t["commit_indices"], g
             assert t["commit_indices"][g["leader"]] == max(t["commit_indices"].values())
+
+    metrics = c.node(ctl).get("/metrics").text
+    assert _metric(metrics, "baton_leader_transfers_total") >= len(led)
+    assert _metric(metrics, "baton_placement_moves_total") >= 120 + len(lost)
 
     # Restart it: rebalanced with exactly what balance needs (8 per type back onto it).
     c.restart(victim)
@@ -262,6 +269,13 @@ def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
             return all(r["role"] != "leader" for r in rows if r["group"] == group["group"])
 
         c.wait_for(demoted, timeout=10)
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.split()[-1])
+    raise AssertionError(f"no metric {name}")
 
 
 def _reconcile_count(c: LocalCluster, node: str) -> float:
