@@ -191,13 +191,12 @@ def decide(obs: Observed) -> Decision:
         )
         out.transfers.append(key)
 
-    # 2. Members: placement over live, non-draining nodes (frozen groups keep theirs and use
-    # the capacity they occupy).
-    used: Counter[str] = Counter(m for g in frozen.values() for m in g.members)
+    # 2. Members: placement over live, non-draining nodes. Groups in failure reconciliation
+    # take part (so that balance counts them) but keep their members whatever the plan says.
     slots = [
         NodeSlot(
             id=v.id,
-            capacity=max(0, v.capacity - used[v.id]),
+            capacity=v.capacity,
             labels={**v.labels, **{TYPE_LABEL + t: "yes" for t in v.types}},
         )
         for v in obs.nodes.values()
@@ -213,7 +212,6 @@ def decide(obs: Observed) -> Decision:
             selector={**obs.objects[g.object].selector, TYPE_LABEL + g.type: "yes"},
         )
         for key, g in wanted.items()
-        if key not in frozen
     ]
     result = place(demands, slots)
     out.placement = result

@@ -136,3 +136,34 @@ def test_drained_leader_hands_over_to_the_most_advanced_member() -> None:
     g = result(obs)
     assert g.leader == "c" and "a" not in g.members and g.term == EPOCH
     assert g.transfer is not None and g.transfer.reason == "a is no longer a member"
+
+
+def test_groups_in_failure_still_count_for_balance() -> None:
+    # Two groups led by the unreachable a, their member b still streaming: both frozen. They
+    # must still count on a and b, or placement would pile the other groups onto a and b.
+    nodes = [node("a", reachable=False), node("b"), node("c"), node("d")]
+    objects = {
+        n: ObjectSpec(name=n, type="counter", partitions=1, replicas=2)
+        for n in ("o1", "o2", "p1", "p2")
+    }
+
+    def grp(name: str, members: tuple[str, str]) -> GroupRecord:
+        return GroupRecord(object=name, type="counter", partition=0, members=members,
+                           leader=members[0], term=5, state="ok")  # fmt: skip
+
+    groups = {
+        "o1/0": grp("o1", ("a", "b")),
+        "o2/0": grp("o2", ("a", "b")),
+        "p1/0": grp("p1", ("c", "d")),
+        "p2/0": grp("p2", ("c", "d")),
+    }
+    reports = {
+        "b": {"o1/0": rep("a", index=1), "o2/0": rep("a", index=1)},
+        "c": {"p1/0": rep("c", role="leader"), "p2/0": rep("c", role="leader")},
+        "d": {"p1/0": rep("c"), "p2/0": rep("c")},
+    }
+    obs = Observed(objects, groups, {n.id: n for n in nodes}, reports, EPOCH, 1.0)
+    out = decide(obs)
+    assert sorted(out.failures) == ["o1/0", "o2/0"]
+    for key, g in out.groups.items():
+        assert g is not None and g.members == groups[key].members, key
