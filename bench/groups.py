@@ -1,9 +1,10 @@
-"""Benchmark: group leader recovery after a node is SIGKILLed.
+"""Benchmark 8: group leader recovery after a node is SIGKILLed.
 
 A :class:`~baton.testing.cluster.LocalCluster` of NODES ``baton node`` processes (ttl 2 s,
 reconcile interval 0.3 s) runs OBJECTS built-in ``counter`` objects with REPLICAS members each
-(copy interval 0.2 s). A trial waits until every group is ``ok``, waits a random 0-1 s, SIGKILLs
-a random node that is not the controller, and polls ``/v1/placement`` every 50 ms until
+(copy interval 0.2 s). A trial waits until every group is ``ok``, waits a random 0-1 s,
+SIGKILLs a random node that is not the controller and leads at least one group, and polls
+``/v1/placement`` every 50 ms until
 
 - **nominated**: every group the node led has another leader in its record, and
 - **leading**: the new leader of each of those groups reports that it leads at the new term
@@ -31,7 +32,7 @@ from typing import Any
 from baton.placement.records import create_object, make_object
 from baton.store import open_store
 from baton.testing.cluster import LocalCluster
-from bench.common import Summary, backend_url, loadavg, temp_dir
+from bench.common import BenchError, Summary, backend_url, loadavg, temp_dir
 
 TTL = 2.0
 RECONCILE = 0.3
@@ -51,6 +52,8 @@ class GroupRecoveryResult:
     leading: list[float] = field(default_factory=list)
     serving: list[float] = field(default_factory=list)
     led: list[int] = field(default_factory=list)
+    #: The node killed in each trial.
+    victims: list[str] = field(default_factory=list)
     load: tuple[float, float] = (0.0, 0.0)
 
     def summary(self, which: str) -> Summary:
@@ -96,7 +99,13 @@ def _trial(c: LocalCluster) -> tuple[str, int, tuple[float, float, float]]:
     """Kill one non-controller node; (victim, groups it led, (nominated, leading, serving))."""
     view = c.wait_for(lambda: _all_ok(c), timeout=120)
     ctl = c.wait_for(c.controller)[0]
-    victim = random.choice([n for n in sorted(c.nodes) if n != ctl])
+    # A restarted node gets members back but no leadership, so a node may lead no group: such a
+    # kill would time nothing.
+    leaders = {g["leader"] for g in view["groups"]}
+    candidates = [n for n in sorted(c.nodes) if n != ctl and n in leaders]
+    if not candidates:
+        raise BenchError(f"no node other than the controller {ctl} leads a group")
+    victim = random.choice(candidates)
     led = {g["group"] for g in view["groups"] if g["leader"] == victim}
     time.sleep(random.uniform(0, 1))
     killed = time.monotonic()
@@ -137,6 +146,7 @@ def group_recovery(backend: str, trials: int, say: Callable[[str], None]) -> Gro
             res.leading.append(times[1])
             res.serving.append(times[2])
             res.led.append(led)
+            res.victims.append(victim)
             say(
                 f"{backend} trial {trial + 1}: {victim} led {led}; nominated {times[0]:.3f} s, "
                 f"leading {times[1]:.3f} s, all members in sync {times[2]:.3f} s"

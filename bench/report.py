@@ -6,10 +6,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from bench import groups, placement
 from bench.common import Summary, ms, ratio, secs
 from bench.failover import FailoverResult
+from bench.groups import GroupRecoveryResult
 from bench.handover import HandoverResult
 from bench.nodes import IdleResult, TakeoverResult
+from bench.placement import PlacementResult
 from bench.renewal import RenewRow
 
 #: Failover target: a new leader acts within ttl + this many seconds (p99).
@@ -36,6 +39,8 @@ class Results:
     renewal: list[RenewRow] = field(default_factory=list)
     takeover: list[TakeoverResult] = field(default_factory=list)
     idle: list[IdleResult] = field(default_factory=list)
+    placement: list[PlacementResult] = field(default_factory=list)
+    groups: list[GroupRecoveryResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -300,6 +305,226 @@ def idle_section(res: Results) -> list[str]:
     ]
 
 
+def _ratio_text(moves: int, bound: int) -> str:
+    return f"{placement.move_ratio(moves, bound):.3f}"
+
+
+def placement_time_table(r: PlacementResult) -> list[str]:
+    cases = [
+        ("fresh (nothing placed yet)", r.fresh, r.fresh_with_bound, r.fresh_moves, r.fresh_bound),
+        (
+            "one node departed (from the fresh placement)",
+            r.departure,
+            r.departure_with_bound,
+            r.departure_moves,
+            r.departure_bound,
+        ),
+    ]
+    rows = []
+    for what, times, with_bound, moves, bound in cases:
+        s = Summary.of(times)
+        rows.append(
+            [
+                what,
+                str(s.n),
+                ms(s.p50),
+                ms(s.minimum),
+                ms(s.maximum),
+                ms(Summary.of(with_bound).p50),
+                f"{moves:,}",
+                f"{bound:,}",
+                f"{_mark(s.p50 < placement.TIME_TARGET)} (< {placement.TIME_TARGET:g} s)",
+            ]
+        )
+    header = [
+        "`place` on 50 nodes", "timed runs", "median", "min", "max",
+        "with `lower_bound` (median)", "moves", "lower bound", "median on target",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def placement_moves_table(r: PlacementResult) -> list[str]:
+    n = r.small_nodes
+    cases = [
+        (f"each of the {n} nodes lost in turn", r.loss_moves, r.loss_bound, r.worst_loss_ratio),
+        ("the same node returns", r.return_moves, r.return_bound, r.worst_return_ratio),
+    ]
+    rows = [
+        [
+            what,
+            f"{moves:,}",
+            f"{bound:,}",
+            _ratio_text(moves, bound),
+            f"{worst:.3f}",
+            f"{_mark(worst <= 1.0)} (1.0)",
+        ]
+        for what, moves, bound, worst in cases
+    ]
+    header = [
+        f"{r.small_objects} groups on {n} nodes", "moves (sum)", "lower bound (sum)",
+        "moves / lower bound", "worst single node", "worst on target",
+    ]  # fmt: skip
+    return _table(header, rows)
+
+
+def placement_samples(r: PlacementResult) -> list[str]:
+    def times(xs: Sequence[float]) -> str:
+        return ", ".join(f"{x:.4f}" for x in xs)
+
+    return [
+        "Every timed run, in seconds:",
+        "",
+        f"- fresh: {times(r.fresh)}",
+        f"- fresh with `lower_bound`: {times(r.fresh_with_bound)}",
+        f"- one node departed: {times(r.departure)}",
+        f"- one node departed with `lower_bound`: {times(r.departure_with_bound)}",
+        "",
+        "Moves / lower bound for each node of the small case, when it is lost and when it "
+        "returns: "
+        + "; ".join(
+            f"{x.node} lost {x.loss_moves}/{x.loss_bound}, back {x.return_moves}/{x.return_bound}"
+            for x in r.losses
+        )
+        + ".",
+    ]
+
+
+def placement_section(res: Results) -> list[str]:
+    out = [
+        "## 7. Placement function",
+        "",
+        f"Measured {res.date} by `{res.command}` on baton {res.commit}, on the machine above.",
+        "",
+        "In-process, no store and no node: the pure function `baton.placement.plan.place` that "
+        "the placement controller calls on every reconciliation pass, and "
+        "`lower_bound`, the fewest moves (members added to groups) a balanced placement can "
+        "make. The groups are objects of one partition each, "
+        f"{placement.REPLICAS} replicas, spread evenly over {len(placement.TYPES)} types "
+        "(balance is per type); the nodes have no labels and a capacity no placement reaches, "
+        "so only balance and the distinct-node rule constrain it.",
+        "",
+        f"**Time**: {placement.LARGE[0]:,} objects on {placement.LARGE[1]} nodes, placed from "
+        "nothing (**fresh**: every member is a move), and from that placement after the first "
+        "node departs (**one node departed**: its members are placed on the other "
+        f"{placement.LARGE[1] - 1}). Each case runs once untimed (warm-up), then "
+        f"{placement.REPEATS} times timed with `time.perf_counter()`; the target is a median "
+        f"below {placement.TIME_TARGET:g} s for `place` alone. The same with `lower_bound` "
+        "computed after `place` is given too.",
+        "",
+        f"**Moves**: {placement.SMALL[0]} objects placed fresh on {placement.SMALL[1]} nodes; "
+        "then one node departs (`place` on the other nodes, from that placement) and returns "
+        "(`place` on all nodes, from the placement without it), and each `place` call's moves "
+        "are divided by `lower_bound` for the same input. This is done for each of the "
+        f"{placement.SMALL[1]} nodes, from the same starting placement. A ratio of 1.0 is the "
+        "target: no move beyond what balance needs (a ratio below 1.0 would mean that the "
+        "balance the bound assumes cannot be reached).",
+        "",
+    ]
+    for r in res.placement:
+        out += [
+            *placement_time_table(r),
+            "",
+            *placement_moves_table(r),
+            "",
+            "Largest per-type spread (members of a type on the fullest node minus on the "
+            f"emptiest): {r.large_spread} on {r.nodes} nodes, {r.small_spread} on "
+            f"{r.small_nodes} nodes (after every `place` above). Load before / after: "
+            f"{_load(r.load)}.",
+            "",
+            *placement_samples(r),
+            "",
+        ]
+    return out
+
+
+_STAGES = ("nominated", "leading", "serving")
+
+
+def groups_table(results: Sequence[GroupRecoveryResult]) -> list[str]:
+    rows = []
+    for r in results:
+        for which in _STAGES:
+            s = r.summary(which)
+            rows.append(
+                [
+                    f"`{r.backend}`",
+                    f"{r.nodes} nodes, {r.groups} groups x {r.replicas}",
+                    which,
+                    str(s.n),
+                    secs(s.p50),
+                    secs(s.p90),
+                    secs(s.p99),
+                    secs(s.maximum),
+                    secs(s.minimum),
+                ]
+            )
+    header = ["backend", "cluster", "until", "trials", "p50", "p90", "p99", "max", "min"]
+    return _table(header, rows)
+
+
+def groups_samples(results: Sequence[GroupRecoveryResult]) -> list[str]:
+    out = []
+    for r in results:
+        trials = zip(r.victims, r.led, r.nominated, r.leading, r.serving, strict=False)
+        out.append(
+            f"- `{r.backend}` (load before / after {_load(r.load)}): "
+            + "; ".join(
+                f"{victim} ({led} led) {a:.3f} / {b:.3f} / {c:.3f}"
+                for victim, led, a, b, c in trials
+            )
+            + "."
+        )
+    return out
+
+
+def groups_section(res: Results) -> list[str]:
+    return [
+        "## 8. Group leader recovery",
+        "",
+        f"Measured {res.date} by `{res.command}` on baton {res.commit}, on the machine above.",
+        "",
+        f"A `LocalCluster` of {groups.NODES} `baton node` processes (ttl {groups.TTL:g} s, "
+        f"controller reconcile interval {groups.RECONCILE:g} s) on one store runs "
+        f"{groups.OBJECTS} built-in `counter` objects of one partition and {groups.REPLICAS} "
+        "replicas each (the leader copies its state to the followers every 0.2 s). A trial "
+        "waits until every group is `ok` (a leader, all members placed and following it) and "
+        "every node is live in `/v1/placement`, waits a random 0-1 s, SIGKILLs a random node "
+        "that leads at least one group and is not the controller, and polls `/v1/placement` (the "
+        "group records, read from the store by a surviving node) every "
+        f"{groups.POLL * 1000:.0f} ms. Three times are measured from the kill, each until it "
+        "holds for **every group the killed node led**:",
+        "",
+        "- **nominated**: the group's record names another leader (the controller deposed the "
+        "killed one);",
+        "- **leading**: the new leader's own `/v1/groups` reports it runs the group as leader "
+        "at the record's new term (the group has a working leader again);",
+        "- **serving**: the group's state is `ok` again: its members include the replacement "
+        "for the lost member and every member follows the new leader.",
+        "",
+        "The killed node is suspect as soon as the controller's poll of it fails (connection "
+        "refused), well before its membership lease lapses; a leader is deposed only once a "
+        "majority of the group's other members report no live stream from it (seed 001's "
+        "guard; the counter's window is max(2.5 x copy interval, 0.5 s) = 0.5 s), and the "
+        "member with the highest commit index becomes the leader. The lost member is replaced "
+        "only once the node's membership lease lapses (up to the ttl after the kill), so "
+        "**serving** includes that wait. Groups in which the killed node was only a follower "
+        "are not timed. The node is then restarted, and the next trial waits until the "
+        "cluster is rebalanced and every group is `ok`. A restarted node gets members back "
+        "but leads no group until a leader moves to it, so the number of groups the killed "
+        "node led varies from trial to trial (listed with the samples; a node leading none "
+        "is never chosen, as its kill would time nothing). Runs on SQLite unless `--backend` "
+        "is given; one fresh store per backend.",
+        "",
+        *groups_table(res.groups),
+        "",
+        "Every trial: the killed node (groups it led) nominated / leading / serving, in "
+        "seconds from the SIGKILL:",
+        "",
+        *groups_samples(res.groups),
+        "",
+    ]
+
+
 # -- the whole document -----------------------------------------------------------------------
 
 
@@ -373,6 +598,31 @@ def summary_section(res: Results) -> list[str]:
             for r in res.idle
         ]
         out.append("- **Idle node**: " + "; ".join(parts) + ".")
+    for p in res.placement:
+        target = placement.TIME_TARGET
+        out.append(
+            f"- **Placement time** (`place`, {p.objects // 1000}k objects x {p.replicas} on "
+            f"{p.nodes} nodes, target median < {target:g} s): {_mark(p.time_ok)}; fresh "
+            f"{secs(p.fresh_s)}, one node departed {secs(p.departure_s)}."
+        )
+        out.append(
+            f"- **Placement moves / lower bound** (one of {p.small_nodes} nodes lost, then "
+            f"back; target 1.0): {_mark(p.moves_ok)}; lost "
+            f"{_ratio_text(p.loss_moves, p.loss_bound)} (worst node {p.worst_loss_ratio:.3f}), "
+            f"returned {_ratio_text(p.return_moves, p.return_bound)} (worst node "
+            f"{p.worst_return_ratio:.3f})."
+        )
+    for g in res.groups:
+        parts = [
+            f"{which} p50 {secs(g.summary(which).p50)} / p99 {secs(g.summary(which).p99)}"
+            for which in _STAGES
+        ]
+        out.append(
+            f"- **Group leader recovery** ({g.backend}, {g.nodes} nodes, {g.groups} groups, "
+            f"ttl {groups.TTL:g} s, SIGKILL of a group leader's node, not the controller): "
+            + "; ".join(parts)
+            + "."
+        )
     return out
 
 
@@ -439,12 +689,14 @@ def document(res: Results) -> str:
         "- `make bench`: installs etcd if missing (`BATON_BENCH=1 ./scripts/setup.sh`), then "
         "`.venv/bin/python -m bench.run`, the full run (about 10 minutes), which rewrites this "
         "file.",
-        "- `.venv/bin/python -m bench.run --quick`: 3 kills and 10 handovers per backend, N up "
-        "to 10k (about 2 minutes); prints only, unless `--output PATH`.",
-        "- `--only failover|etcd|handover|renewal|takeover|idle` (repeatable), `--backend "
-        "sqlite|redis|postgres` (repeatable; `takeover` runs on SQLite unless backends are "
-        "named), `--trials N`, `--wait-idle` (first wait up to 10 "
-        "minutes for a load average below 1.5).",
+        "- `.venv/bin/python -m bench.run --quick`: 3 kills (failover, takeover, group "
+        "recovery) and 10 handovers per backend, N up to 10k (about 2 minutes); prints only, "
+        "unless `--output PATH`.",
+        "- `--only failover|etcd|handover|renewal|takeover|idle|placement|groups` "
+        "(repeatable), `--backend sqlite|redis|postgres` (repeatable; `takeover` and `groups` "
+        "run on SQLite unless backends are named, `placement` runs in-process on no backend), "
+        "`--trials N`, `--wait-idle` (first wait up to 10 minutes for a load average below "
+        "1.5).",
         "",
         "## Summary",
         "",
@@ -556,6 +808,10 @@ def document(res: Results) -> str:
         lines += takeover_section(res)
     if res.idle:
         lines += idle_section(res)
+    if res.placement:
+        lines += placement_section(res)
+    if res.groups:
+        lines += groups_section(res)
     lines += [
         "## Notes",
         "",
@@ -583,6 +839,11 @@ def console(res: Results) -> str:
         lines += ["Controller takeover:", *takeover_table(res.takeover), ""]
     if res.idle:
         lines += ["Idle node:", *idle_table(res.idle), ""]
+    for p in res.placement:
+        lines += ["Placement function:", *placement_time_table(p), ""]
+        lines += [*placement_moves_table(p), ""]
+    if res.groups:
+        lines += ["Group leader recovery:", *groups_table(res.groups), ""]
     if res.errors:
         lines += ["Failed:", *[f"  {e}" for e in res.errors], ""]
     return "\n".join(lines)

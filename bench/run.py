@@ -1,6 +1,6 @@
 """Entry point of the benchmark suite: ``python -m bench.run [--quick] [--only NAME]...``.
 
-Benchmarks (each starts its own servers in a temp dir and stops them):
+Benchmarks (each starts its own servers in a temp dir and stops them, except ``placement``):
 
 ``failover``  unplanned failover of baton on SQLite, Redis and PostgreSQL (SIGKILL the leader)
 ``etcd``      the same failover with etcd's election API, as the reference
@@ -9,6 +9,12 @@ Benchmarks (each starts its own servers in a temp dir and stops them):
 ``takeover``  controller takeover between ``baton node`` agents (SIGKILL / SIGTERM), 3 and 5 nodes;
               on SQLite unless ``--backend`` is given (a full run stays under ~4 minutes)
 ``idle``      CPU and RSS of an idle ``baton node``
+``placement`` the pure placement function in-process (no servers, backend-independent): ``place``
+              for 10k objects on 50 nodes, and its moves versus ``lower_bound`` when one of
+              10 nodes is lost and returns
+``groups``    group leader recovery: SIGKILL a node (not the controller) leading groups among
+              5 ``baton node`` agents running 30 replicated objects, until those groups have a
+              new leader nominated, leading and serving; on SQLite unless ``--backend`` is given
 
 A full run (no ``--quick``, no ``--only``) writes ``docs/benchmarks.md``; other runs print only,
 unless ``--output`` is given.
@@ -28,12 +34,14 @@ from pathlib import Path
 
 from bench.common import BACKENDS, REPO, loadavg, machine
 from bench.failover import baton_failover, etcd_failover
+from bench.groups import group_recovery
 from bench.handover import handover
 from bench.nodes import SIZES, idle, takeover
+from bench.placement import placement_bench
 from bench.renewal import FULL_SIZES, QUICK_SIZES, renewal
 from bench.report import Results, console, document
 
-NAMES = ("failover", "etcd", "handover", "renewal", "takeover", "idle")
+NAMES = ("failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups")
 DOC = REPO / "docs" / "benchmarks.md"
 #: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
 #: IDLE_WAIT seconds.
@@ -100,6 +108,14 @@ def _idle(res: Results, quick: bool) -> None:
     res.idle.extend(idle(quick, say))
 
 
+def _placement(res: Results) -> None:
+    res.placement.append(placement_bench(say))
+
+
+def _groups(res: Results, backend: str, trials: int) -> None:
+    res.groups.append(group_recovery(backend, trials, say))
+
+
 def run(
     names: Sequence[str],
     backends: Sequence[str],
@@ -122,6 +138,7 @@ def run(
     handovers = trials or (10 if quick else 50)
     sizes = QUICK_SIZES if quick else FULL_SIZES
     takeovers = trials or (3 if quick else 10)
+    recoveries = trials or (3 if quick else 10)
     jobs: list[tuple[str, Callable[[], None]]] = []
     if "failover" in names:
         for b in backends:
@@ -140,6 +157,12 @@ def run(
             jobs.append((what, partial(_takeover, res, b, takeovers)))
     if "idle" in names:
         jobs.append(("idle node", partial(_idle, res, quick)))
+    if "placement" in names:
+        jobs.append(("placement function", partial(_placement, res)))
+    if "groups" in names:
+        for b in node_backends:
+            what = f"group leader recovery on {b}"
+            jobs.append((what, partial(_groups, res, b, recoveries)))
     for what, job in jobs:
         _attempt(res, what, job)
     res.duration = time.monotonic() - started
@@ -165,7 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--trials",
         type=int,
         metavar="N",
-        help="failover kills, handovers, takeovers (per kind and cluster size) per backend",
+        help="failover kills, handovers, takeovers (per kind and cluster size), group "
+        "recoveries per backend",
     )
     parser.add_argument(
         "--output", type=Path, metavar="PATH",
@@ -184,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     output: Path | None = args.output or (DOC if full else None)
     if args.wait_idle:
         _wait_idle()
-    # Node benchmarks run on SQLite only unless backends are named (keeps a full run short).
+    # Node benchmarks (takeover, groups) run on SQLite only unless backends are named (keeps a
+    # full run short).
     node_backends: list[str] = args.backend or ["sqlite"]
     res = run(names, backends, args.quick, args.trials, node_backends)
     say(console(res))
