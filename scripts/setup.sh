@@ -8,6 +8,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql)
 # nftables: the partition tests (a controller cut off from one node) drop packets with it.
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+# Java for Spark (the data pipeline runs on PySpark, which starts a JVM).
+command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
 fi
@@ -31,6 +33,6 @@ fi
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
-  .venv/bin/python -c "import baton, redis, psycopg" 
+  .venv/bin/python -c "import baton, redis, psycopg, pyspark, pyarrow"
   touch "$stamp"
 fi

@@ -1,0 +1,74 @@
+"""The values of the cascade: events, ticks, node roles and a node's own state.
+
+A **set** is a group of node databases that carry the same events, batch boundaries and tick ids
+(seed 004). Its **root** captures events and makes ticks; a **branch** keeps a full copy of the
+queue (so it can be anyone's provider) and applies the tables it subscribes to; a **leaf** only
+applies tables. A **batch** is the events between two consecutive ticks.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+#: Row-change event types. Any other type is a custom event: carried and copied, not applied.
+INSERT, UPDATE, DELETE = "I", "U", "D"
+ROW_TYPES = frozenset({INSERT, UPDATE, DELETE})
+#: The root's global watermark travels down as an event of this type (data: the tick id).
+WATERMARK = "baton.watermark"
+#: The Spark source marks every tick of a micro-batch with a row of this type.
+TICK_ROW = "baton.tick"
+
+
+class Role(enum.StrEnum):
+    ROOT = "root"
+    BRANCH = "branch"
+    LEAF = "leaf"
+
+    @property
+    def carries_queue(self) -> bool:
+        return self is not Role.LEAF
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A tick: a batch boundary. ``ev_high`` is the highest event id the root had committed
+    when it made the tick (SQLite); ``snapshot`` is the root's transaction snapshot at the tick
+    (PostgreSQL), so a batch never misses an event that commits after the tick with a lower id."""
+
+    tick_id: int
+    ev_high: int
+    time: float
+    snapshot: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One queue event. ``key`` and ``data`` are JSON objects (text); ``tick`` is the tick whose
+    batch holds it (None at the root until a tick covers it)."""
+
+    ev_id: int
+    time: float
+    type: str
+    table: str | None
+    key: str | None
+    data: str | None
+    txid: int = 0
+    tick: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A node's own state, kept in its database."""
+
+    name: str
+    set_name: str
+    role: Role
+    provider: str | None
+    #: The last tick whose batch this node has applied (and copied, for a branch).
+    position: int
+    #: The highest worker epoch that applied here; a lower one is refused.
+    epoch: int
+    paused: bool
+    #: The lowest tick every node of the set has applied (events below it may be deleted).
+    global_watermark: int

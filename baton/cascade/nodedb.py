@@ -1,0 +1,198 @@
+"""A cascade node's database: its queue (events, ticks), the set's node list, its own state,
+the subscribers' watermarks, and its replicated tables.
+
+This is synchronous code on purpose: it runs inside Spark's Python workers and in the CLI as
+well as in the node agent (which calls it through ``asyncio.to_thread``). One class per
+backend; :func:`open_node_db` picks it from the location's scheme.
+
+Tables (all prefixed ``baton_`` so they never collide with replicated ones):
+
+``baton_event``      ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data, ev_tick
+``baton_tick``       tick_id, ev_high, snapshot, tick_time
+``baton_node``       name, location, dead: the set's members (the only duplicated data)
+``baton_local``      key/value: this node's name, set, role, provider, position, epoch, ...
+``baton_subscriber`` name, watermark, updated: subscribers of this node's queue
+``baton_table``      name, state, key columns: the tables this node replicates
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from baton.cascade.model import Event, NodeState, Role, Tick
+from baton.errors import ConfigError
+
+
+class CascadeError(ConfigError):
+    """A cascade operation refused: bad input or a state that does not allow it. Nothing was
+    changed."""
+
+
+class FencedOut(CascadeError):
+    """A worker's epoch is lower than one that already applied to this node."""
+
+
+class NodeDB(abc.ABC):
+    """One node database. Not thread-safe: one instance per thread."""
+
+    location: str
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> NodeDB:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- schema and state -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def install(self) -> None:
+        """Create the baton_* tables if missing (idempotent)."""
+
+    @abc.abstractmethod
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """A write transaction (serialised with other writers); yields a cursor."""
+
+    @abc.abstractmethod
+    def get_local(self, key: str, default: str | None = None) -> str | None: ...
+
+    @abc.abstractmethod
+    def set_local(self, cur: Any, key: str, value: str | None) -> None: ...
+
+    def is_installed(self) -> bool:
+        try:
+            return self.get_local("node_name") is not None
+        except CascadeError:
+            return False
+
+    def state(self) -> NodeState:
+        name = self.get_local("node_name")
+        if name is None:
+            raise CascadeError(f"{self.location} is not a cascade node: create it first")
+        return NodeState(
+            name=name,
+            set_name=self.get_local("set_name") or "",
+            role=Role(self.get_local("role") or "leaf"),
+            provider=self.get_local("provider") or None,
+            position=int(self.get_local("position") or 0),
+            epoch=int(self.get_local("epoch") or 0),
+            paused=self.get_local("paused") == "1",
+            global_watermark=int(self.get_local("global_watermark") or 0),
+        )
+
+    # -- set members ----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def nodes(self) -> dict[str, tuple[str, bool]]:
+        """Node name -> (location, dead)."""
+
+    @abc.abstractmethod
+    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None: ...
+
+    # -- queue ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def last_tick(self) -> Tick | None: ...
+
+    @abc.abstractmethod
+    def get_tick(self, tick_id: int) -> Tick | None: ...
+
+    @abc.abstractmethod
+    def ticks(self, after: int, upto: int) -> list[Tick]:
+        """Ticks with after < tick_id <= upto, in order."""
+
+    @abc.abstractmethod
+    def batch_events(self, after: int, upto: int) -> Iterator[Event]:
+        """The events of the batches after tick ``after`` up to tick ``upto``, in id order."""
+
+    @abc.abstractmethod
+    def make_tick(self, cur: Any, min_events: int = 0) -> Tick | None:
+        """Root: make the next tick covering every event committed so far (None when there
+        are fewer than ``min_events`` new events)."""
+
+    @abc.abstractmethod
+    def pending(self) -> tuple[int, float | None]:
+        """Root: events not yet covered by a tick, and the time of the oldest one."""
+
+    @abc.abstractmethod
+    def insert_event(
+        self, cur: Any, type_: str, table: str | None, key: str | None, data: str | None
+    ) -> int:
+        """Root: add one event in the caller's transaction; its id."""
+
+    @abc.abstractmethod
+    def copy_batch(self, cur: Any, events: Sequence[Event], ticks: Sequence[Tick]) -> None:
+        """Branch: store the provider's events and ticks verbatim (same ids, same ticks)."""
+
+    @abc.abstractmethod
+    def trim(self, cur: Any, below_tick: int) -> int:
+        """Delete events and ticks below ``below_tick`` (the global watermark); rows deleted."""
+
+    # -- subscribers ------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None: ...
+
+    @abc.abstractmethod
+    def drop_subscriber(self, cur: Any, subscriber: str) -> None: ...
+
+    @abc.abstractmethod
+    def watermarks(self) -> dict[str, int]: ...
+
+    # -- replicated tables ------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def columns(self, table: str) -> tuple[list[str], list[str]]:
+        """(columns, primary key columns) of ``table``; CascadeError if it does not exist."""
+
+    @abc.abstractmethod
+    def tables(self) -> dict[str, str]:
+        """Replicated table -> state (``copying``, ``catching-up``, ``ok``)."""
+
+    @abc.abstractmethod
+    def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
+        """Register ``table`` in ``state`` (None: unregister)."""
+
+    @abc.abstractmethod
+    def table_tick(self, table: str) -> int:
+        """The tick from which a table copied at that tick takes events (0: all)."""
+
+    @abc.abstractmethod
+    def capture(self, cur: Any, table: str, on: bool) -> None:
+        """Root: install (or drop) the triggers that write ``table``'s row changes as events
+        in the same transaction as the change."""
+
+    @abc.abstractmethod
+    def upsert(
+        self, cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert or replace ``rows`` (set-wise)."""
+
+    @abc.abstractmethod
+    def delete_keys(self, cur: Any, table: str, key_columns: Sequence[str],
+                    keys: Sequence[Sequence[Any]]) -> None:  # fmt: skip
+        """Delete the rows with these keys (set-wise; missing keys are ignored)."""
+
+    @abc.abstractmethod
+    def read_rows(self, table: str) -> list[tuple[Any, ...]]:
+        """Every row of ``table``, ordered by primary key (for copy and compare)."""
+
+
+def open_node_db(location: str) -> NodeDB:
+    """The node database at ``location`` (``sqlite:///path`` or ``postgresql://...``)."""
+    if location.startswith("sqlite:"):
+        from baton.cascade.sqlite_db import SQLiteNodeDB
+
+        return SQLiteNodeDB(location)
+    if location.startswith(("postgresql:", "postgres:")):
+        raise CascadeError("PostgreSQL node databases are not supported yet: use sqlite:///path")
+    raise CascadeError(
+        f"bad node location {location.split('://', 1)[0]!r}: use sqlite:///path/node.db or "
+        "postgresql://user@host/db"
+    )

@@ -1,0 +1,180 @@
+"""Cascade operations on node databases. Each is resumable: running it again after an
+interruption finishes the job (every step checks what is already done), and bad input is
+refused with a :class:`CascadeError` before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+from baton.cascade.apply import apply_batch, reduce_events
+from baton.cascade.model import Role
+from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise CascadeError(f"bad node name {name!r}: use 1-63 letters, digits, '_', '.', '-'")
+    return name
+
+
+def create_root(name: str, location: str, set_name: str) -> None:
+    """Make the database at ``location`` the root of a new set ``set_name``."""
+    check_name(name)
+    check_name(set_name)
+    with open_node_db(location) as db:
+        if db.is_installed():
+            st = db.state()
+            if (st.name, st.set_name, st.role) == (name, set_name, Role.ROOT):
+                return  # done before
+            raise CascadeError(f"{location} is already node {st.name} ({st.role}) of {st.set_name}")
+        db.install()
+        with db.transaction() as cur:
+            db.put_node(cur, name, location)
+            for key, value in (
+                ("set_name", set_name),
+                ("role", Role.ROOT.value),
+                ("position", "0"),
+                ("epoch", "0"),
+                ("node_name", name),  # last: marks the node as created
+            ):
+                db.set_local(cur, key, value)
+            db.make_tick(cur)
+
+
+def _provider_db(provider: str, via: str) -> NodeDB:
+    """The provider's database, found by name in the node list at ``via`` (a location)."""
+    with open_node_db(via) as db:
+        nodes = db.nodes()
+    if provider not in nodes:
+        raise CascadeError(f"unknown node {provider!r}: known nodes are {sorted(nodes)}")
+    location, dead = nodes[provider]
+    if dead:
+        raise CascadeError(f"node {provider!r} is tagged dead: pick another provider")
+    return open_node_db(location)
+
+
+def create_subscriber(
+    role: Role, name: str, location: str, provider: str, provider_location: str
+) -> None:
+    """Add a branch or leaf ``name`` at ``location`` subscribing to ``provider`` (found through
+    the node list at ``provider_location``)."""
+    check_name(name)
+    if role is Role.ROOT:
+        raise CascadeError("use create-root for a root")
+    with _provider_db(provider, provider_location) as prov:
+        pst = prov.state()
+        if not pst.role.carries_queue:
+            raise CascadeError(f"{provider} is a leaf: it has no queue to provide")
+        nodes = prov.nodes()
+        if name in nodes and nodes[name][0] != location:
+            raise CascadeError(f"node name {name!r} is taken by {nodes[name][0]}")
+        with open_node_db(location) as db:
+            if db.is_installed():
+                st = db.state()
+                if st.name != name or st.set_name != pst.set_name:
+                    raise CascadeError(f"{location} is already node {st.name} of {st.set_name}")
+            else:
+                start = prov.last_tick()
+                if start is None:
+                    raise CascadeError(f"{provider} has no tick yet: is its ticker running?")
+                db.install()
+                with db.transaction() as cur:
+                    for n, (loc, dead) in nodes.items():
+                        db.put_node(cur, n, loc, dead)
+                    db.put_node(cur, name, location)
+                    if role.carries_queue:
+                        db.copy_batch(cur, [], [start])  # the base tick batches start from
+                    for key, value in (
+                        ("set_name", pst.set_name),
+                        ("role", role.value),
+                        ("provider", provider),
+                        ("position", str(start.tick_id)),
+                        ("epoch", "0"),
+                        ("node_name", name),
+                    ):
+                        db.set_local(cur, key, value)
+            position = db.state().position
+        with prov.transaction() as cur:
+            prov.set_watermark(cur, name, position)
+    # Every live member learns the new node (the only duplicated data).
+    for other, (loc, dead) in nodes.items():
+        if dead or other == name:
+            continue
+        with open_node_db(loc) as odb, odb.transaction() as cur:
+            odb.put_node(cur, name, location)
+
+
+def add_table(location: str, table: str) -> None:
+    """Subscribe the node at ``location`` to ``table``. At the root: start capturing it. Else:
+    copy the provider's rows (taken after noting the provider's tick T), then catch up from T;
+    events already reflected in the copy are applied again harmlessly (full row images)."""
+    with open_node_db(location) as db:
+        st = db.state()
+        _, pk = db.columns(table)
+        if not pk:
+            raise CascadeError(f"table {table!r} has no primary key: add one to replicate it")
+        if st.role is Role.ROOT:
+            with db.transaction() as cur:
+                db.capture(cur, table, True)
+                db.set_table(cur, table, "ok")
+            return
+        if db.tables().get(table) == "ok":
+            return
+        assert st.provider is not None
+        with _provider_db(st.provider, location) as prov:
+            if table not in prov.tables():
+                raise CascadeError(f"provider {st.provider} does not replicate {table!r}")
+            pcols, ppk = prov.columns(table)
+            cols, _ = db.columns(table)
+            if sorted(pcols) != sorted(cols) or ppk != pk:
+                raise CascadeError(
+                    f"{table}: columns {cols} (key {pk}) differ from the provider's {pcols} "
+                    f"(key {ppk})"
+                )
+            pst = prov.state()
+            base = prov.last_tick() if pst.role is Role.ROOT else prov.get_tick(pst.position)
+            tick = base.tick_id if base else 0
+            rows = prov.read_rows(table)
+            with db.transaction() as cur:
+                db.set_table(cur, table, "copying", tick)
+                old = db.read_rows(table)  # a re-run starts the copy afresh
+                db.delete_keys(cur, table, pk, [[r[cols.index(c)] for c in pk] for r in old])
+                db.upsert(cur, table, pcols, rows)
+                position = db.state().position
+                if position > tick:
+                    # The subscriber moved past T meanwhile: replay (T, position] for this table.
+                    events = [e for e in prov.batch_events(tick, position) if e.table == table]
+                    _apply_table_events(db, cur, table, events)
+                db.set_table(cur, table, "catching-up" if position < tick else "ok", tick)
+
+
+def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[object]) -> None:
+    from baton.cascade.apply import _rows_by_table
+    from baton.cascade.model import Event
+
+    reduced = reduce_events(e for e in events if isinstance(e, Event))
+    per = _rows_by_table(db, reduced, {table: "ok"}, {})
+    for t, (cols, pk, ups, dels) in per.items():
+        db.delete_keys(cur, t, pk, dels)
+        db.upsert(cur, t, cols, ups)
+
+
+def emit(location: str, type_: str, data: dict[str, object], table: str | None = None,
+         key: dict[str, object] | None = None) -> int:  # fmt: skip
+    """Root: add a custom event; its id."""
+    with open_node_db(location) as db:
+        st = db.state()
+        if st.role is not Role.ROOT:
+            raise CascadeError(f"{st.name} is a {st.role}: events are emitted at the root")
+        with db.transaction() as cur:
+            return db.insert_event(
+                cur, type_, table, json.dumps(key) if key else None, json.dumps(data)
+            )
+
+
+__all__ = ["add_table", "apply_batch", "create_root", "create_subscriber", "emit"]

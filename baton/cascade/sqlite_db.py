@@ -1,0 +1,355 @@
+"""The SQLite node database (the embedded default).
+
+SQLite has one writer at a time, and an event's id is assigned inside its writing transaction,
+so ids commit in increasing order: a tick made in a write transaction that records the highest
+id so far covers exactly the events committed before it, and no event with a lower id can
+commit later. A root batch is therefore the id range between two ticks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from baton.cascade.model import Event, Tick
+from baton.cascade.nodedb import CascadeError, NodeDB
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS baton_event (
+    ev_id INTEGER PRIMARY KEY,
+    ev_txid INTEGER NOT NULL DEFAULT 0,
+    ev_time REAL NOT NULL,
+    ev_type TEXT NOT NULL,
+    ev_table TEXT,
+    ev_key TEXT,
+    ev_data TEXT,
+    ev_tick INTEGER
+);
+CREATE INDEX IF NOT EXISTS baton_event_tick ON baton_event (ev_tick);
+CREATE TABLE IF NOT EXISTS baton_tick (
+    tick_id INTEGER PRIMARY KEY,
+    ev_high INTEGER NOT NULL,
+    snapshot TEXT,
+    tick_time REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS baton_node (
+    name TEXT PRIMARY KEY,
+    location TEXT NOT NULL,
+    dead INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS baton_local (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS baton_subscriber (
+    name TEXT PRIMARY KEY,
+    watermark INTEGER NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS baton_table (
+    name TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    tick INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+def ident(name: str) -> str:
+    """``name`` quoted as an SQL identifier, after checking it is a plain one."""
+    if not _IDENT.match(name):
+        raise CascadeError(f"bad table or column name {name!r}: use letters, digits and '_'")
+    return f'"{name}"'
+
+
+class SQLiteNodeDB(NodeDB):
+    def __init__(self, location: str) -> None:
+        self.location = location
+        path = location.removeprefix("sqlite://")
+        if not path or path == location:
+            raise CascadeError(f"bad SQLite location {location!r}: use sqlite:///path/node.db")
+        self.path = Path(path)
+        if not self.path.parent.is_dir():
+            raise CascadeError(f"{location}: directory {self.path.parent} does not exist")
+        try:
+            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise CascadeError(f"{location}: cannot open: {exc}") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def install(self) -> None:
+        self.conn.executescript(SCHEMA)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Cursor]:
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+
+    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        try:
+            row = self.conn.execute(sql, args).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table: baton_" in str(exc):
+                raise CascadeError(f"{self.location} is not a cascade node") from None
+            raise
+        return row
+
+    def get_local(self, key: str, default: str | None = None) -> str | None:
+        row = self._one("SELECT value FROM baton_local WHERE key = ?", (key,))
+        return default if row is None else row[0]
+
+    def set_local(self, cur: Any, key: str, value: str | None) -> None:
+        if value is None:
+            cur.execute("DELETE FROM baton_local WHERE key = ?", (key,))
+        else:
+            cur.execute(
+                "INSERT INTO baton_local (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def nodes(self) -> dict[str, tuple[str, bool]]:
+        rows = self.conn.execute("SELECT name, location, dead FROM baton_node ORDER BY name")
+        return {name: (loc, bool(dead)) for name, loc, dead in rows}
+
+    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None:
+        cur.execute(
+            "INSERT INTO baton_node (name, location, dead) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET location = excluded.location, dead = excluded.dead",
+            (name, location, int(dead)),
+        )
+
+    # -- queue ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _tick(row: Any) -> Tick:
+        return Tick(tick_id=row[0], ev_high=row[1], snapshot=row[2], time=row[3])
+
+    def last_tick(self) -> Tick | None:
+        row = self._one(
+            "SELECT tick_id, ev_high, snapshot, tick_time FROM baton_tick "
+            "ORDER BY tick_id DESC LIMIT 1"
+        )
+        return None if row is None else self._tick(row)
+
+    def get_tick(self, tick_id: int) -> Tick | None:
+        row = self._one(
+            "SELECT tick_id, ev_high, snapshot, tick_time FROM baton_tick WHERE tick_id = ?",
+            (tick_id,),
+        )
+        return None if row is None else self._tick(row)
+
+    def ticks(self, after: int, upto: int) -> list[Tick]:
+        rows = self.conn.execute(
+            "SELECT tick_id, ev_high, snapshot, tick_time FROM baton_tick "
+            "WHERE tick_id > ? AND tick_id <= ? ORDER BY tick_id",
+            (after, upto),
+        )
+        return [self._tick(r) for r in rows]
+
+    def batch_events(self, after: int, upto: int) -> Iterator[Event]:
+        prev = self.get_tick(after)
+        last = self.get_tick(upto)
+        if last is None:
+            return
+        low = prev.ev_high if prev is not None else 0
+        # Copied events carry their tick; events captured here carry none until a tick covers
+        # them, and then belong to the tick whose id range holds them.
+        rows = self.conn.execute(
+            "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_tick "
+            "FROM baton_event WHERE (ev_tick > ? AND ev_tick <= ?) "
+            "OR (ev_tick IS NULL AND ev_id > ? AND ev_id <= ?) ORDER BY ev_id",
+            (after, upto, low, last.ev_high),
+        )
+        ticks = self.ticks(after, upto)
+        highs = [t.ev_high for t in ticks]
+        for r in rows:
+            tick = r[7]
+            if tick is None:
+                # The first tick of the range whose high covers this id.
+                tick = next(t.tick_id for t, h in zip(ticks, highs, strict=True) if r[0] <= h)
+            yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tick)
+
+    def make_tick(self, cur: Any, min_events: int = 0) -> Tick | None:
+        last = cur.execute(
+            "SELECT tick_id, ev_high FROM baton_tick ORDER BY tick_id DESC LIMIT 1"
+        ).fetchone()
+        tick_id, low = (last[0], last[1]) if last else (0, 0)
+        high = cur.execute("SELECT coalesce(max(ev_id), 0) FROM baton_event").fetchone()[0]
+        high = max(high, low)
+        if high - low < min_events:
+            return None
+        now = time.time()
+        cur.execute(
+            "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time) VALUES (?, ?, NULL, ?)",
+            (tick_id + 1, high, now),
+        )
+        return Tick(tick_id + 1, high, now)
+
+    def pending(self) -> tuple[int, float | None]:
+        last = self.last_tick()
+        low = last.ev_high if last else 0
+        row = self._one(
+            "SELECT count(*), min(ev_time) FROM baton_event WHERE ev_tick IS NULL AND ev_id > ?",
+            (low,),
+        )
+        return int(row[0]), row[1]
+
+    def insert_event(
+        self, cur: Any, type_: str, table: str | None, key: str | None, data: str | None
+    ) -> int:
+        cur.execute(
+            "INSERT INTO baton_event (ev_time, ev_type, ev_table, ev_key, ev_data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (time.time(), type_, table, key, data),
+        )
+        return int(cur.lastrowid)
+
+    def copy_batch(self, cur: Any, events: Sequence[Event], ticks: Sequence[Tick]) -> None:
+        cur.executemany(
+            "INSERT INTO baton_event (ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, "
+            "ev_data, ev_tick) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(e.ev_id, e.txid, e.time, e.type, e.table, e.key, e.data, e.tick) for e in events],
+        )
+        cur.executemany(
+            "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time) VALUES (?, ?, ?, ?)",
+            [(t.tick_id, t.ev_high, t.snapshot, t.time) for t in ticks],
+        )
+
+    def trim(self, cur: Any, below_tick: int) -> int:
+        tick = cur.execute(
+            "SELECT ev_high FROM baton_tick WHERE tick_id = ?", (below_tick,)
+        ).fetchone()
+        if tick is None:
+            return 0
+        n = cur.execute(
+            "DELETE FROM baton_event WHERE ev_tick < ? OR (ev_tick IS NULL AND ev_id <= "
+            "(SELECT coalesce(max(ev_high), 0) FROM baton_tick WHERE tick_id < ?))",
+            (below_tick, below_tick),
+        ).rowcount
+        n += cur.execute("DELETE FROM baton_tick WHERE tick_id < ?", (below_tick,)).rowcount
+        return int(n)
+
+    # -- subscribers ------------------------------------------------------------------------
+
+    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None:
+        cur.execute(
+            "INSERT INTO baton_subscriber (name, watermark, updated) VALUES (?, ?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET watermark = excluded.watermark, "
+            "updated = excluded.updated",
+            (subscriber, tick, time.time()),
+        )
+
+    def drop_subscriber(self, cur: Any, subscriber: str) -> None:
+        cur.execute("DELETE FROM baton_subscriber WHERE name = ?", (subscriber,))
+
+    def watermarks(self) -> dict[str, int]:
+        rows = self.conn.execute("SELECT name, watermark FROM baton_subscriber ORDER BY name")
+        return {name: int(tick) for name, tick in rows}
+
+    # -- replicated tables ------------------------------------------------------------------
+
+    def columns(self, table: str) -> tuple[list[str], list[str]]:
+        rows = self.conn.execute(f"PRAGMA table_info({ident(table)})").fetchall()
+        if not rows:
+            raise CascadeError(f"no table {table!r} in {self.location}")
+        cols = [r[1] for r in rows]
+        pk = [r[1] for r in sorted((r for r in rows if r[5]), key=lambda r: r[5])]
+        return cols, pk
+
+    def tables(self) -> dict[str, str]:
+        rows = self.conn.execute("SELECT name, state FROM baton_table ORDER BY name")
+        return {name: state for name, state in rows}
+
+    def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
+        if state is None:
+            cur.execute("DELETE FROM baton_table WHERE name = ?", (table,))
+        else:
+            cur.execute(
+                "INSERT INTO baton_table (name, state, tick) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET state = excluded.state, tick = excluded.tick",
+                (table, state, tick),
+            )
+
+    def table_tick(self, table: str) -> int:
+        row = self._one("SELECT tick FROM baton_table WHERE name = ?", (table,))
+        return 0 if row is None else int(row[0])
+
+    def capture(self, cur: Any, table: str, on: bool) -> None:
+        cols, pk = self.columns(table)
+        t = ident(table)
+        for op in ("ins", "upd", "del"):
+            cur.execute(f"DROP TRIGGER IF EXISTS {ident(f'baton_cap_{table}_{op}')}")
+        if not on:
+            return
+
+        def value(ref: str, c: str) -> str:
+            # json_object writes REAL with 15 significant digits; 17 round-trip exactly.
+            v = f"{ref}.{ident(c)}"
+            return f"CASE typeof({v}) WHEN 'real' THEN json(printf('%!.17g', {v})) ELSE {v} END"
+
+        def obj(ref: str, names: list[str]) -> str:
+            return "json_object(" + ", ".join(f"'{c}', {value(ref, c)}" for c in names) + ")"
+
+        for op, when, ref, type_ in (
+            ("ins", "INSERT", "NEW", "I"),
+            ("upd", "UPDATE", "NEW", "U"),
+            ("del", "DELETE", "OLD", "D"),
+        ):
+            data = "NULL" if type_ == "D" else obj(ref, cols)
+            # A key change is an update of another row: delete the old key, insert the new.
+            extra = ""
+            if type_ == "U":
+                changed = " OR ".join(f"OLD.{ident(c)} IS NOT NEW.{ident(c)}" for c in pk)
+                extra = (
+                    f"INSERT INTO baton_event (ev_time, ev_type, ev_table, ev_key, ev_data) "
+                    f"SELECT {_NOW}, 'D', '{table}', {obj('OLD', pk)}, NULL WHERE {changed}; "
+                )
+            cur.execute(
+                f"CREATE TRIGGER {ident(f'baton_cap_{table}_{op}')} AFTER {when} ON {t} BEGIN "
+                f"{extra}INSERT INTO baton_event (ev_time, ev_type, ev_table, ev_key, ev_data) "
+                f"VALUES ({_NOW}, '{type_}', '{table}', {obj(ref, pk)}, {data}); END"
+            )
+
+    def upsert(
+        self, cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        if not rows:
+            return
+        _, pk = self.columns(table)
+        cols = ", ".join(ident(c) for c in columns)
+        marks = ", ".join("?" for _ in columns)
+        updates = ", ".join(f"{ident(c)} = excluded.{ident(c)}" for c in columns if c not in pk)
+        conflict = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+        cur.executemany(
+            f"INSERT INTO {ident(table)} ({cols}) VALUES ({marks}) "
+            f"ON CONFLICT ({', '.join(ident(c) for c in pk)}) {conflict}",
+            rows,
+        )
+
+    def delete_keys(
+        self, cur: Any, table: str, key_columns: Sequence[str], keys: Sequence[Sequence[Any]]
+    ) -> None:
+        if not keys:
+            return
+        where = " AND ".join(f"{ident(c)} = ?" for c in key_columns)
+        cur.executemany(f"DELETE FROM {ident(table)} WHERE {where}", keys)
+
+    def read_rows(self, table: str) -> list[tuple[Any, ...]]:
+        cols, pk = self.columns(table)
+        order = ", ".join(ident(c) for c in pk or cols)
+        return list(self.conn.execute(f"SELECT * FROM {ident(table)} ORDER BY {order}"))

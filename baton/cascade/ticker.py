@@ -1,0 +1,68 @@
+"""The root's ticker: makes ticks (batch boundaries) and publishes the global watermark.
+
+A tick is made when any of these holds (checked every ``period``):
+
+- at least ``max_count`` events wait (a batch never grows past about that many events);
+- the oldest waiting event is ``max_lag`` seconds old (bounds the lag an event can sit unticked);
+- nothing was ticked for ``idle`` seconds (subscribers see the set is alive, and watermarks move).
+
+Defaults aim at low lag: period 0.05 s, max_count 10,000, max_lag 0.2 s, idle 2 s (PgQ's are
+1 s, 500, 3 s and 60 s).
+
+The global watermark is the lowest tick every subscriber of the root reports (each branch
+reports the lowest of its own position and its subscribers'). When it rises the root writes a
+``baton.watermark`` event, which travels down the cascade so every node trims its queue below it
+(seed 004: nothing is deleted until everyone has it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from baton.cascade.model import WATERMARK, Role, Tick
+from baton.cascade.nodedb import CascadeError, NodeDB
+
+
+@dataclass(frozen=True, slots=True)
+class TickerConfig:
+    period: float = 0.05
+    max_count: int = 10_000
+    max_lag: float = 0.2
+    idle: float = 2.0
+
+
+def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
+    """Make a tick if one is due (see the module docstring); the tick or None."""
+    st = db.state()
+    if st.role is not Role.ROOT:
+        raise CascadeError(f"{st.name} is a {st.role}: only the root makes ticks")
+    count, oldest = db.pending()
+    last = db.last_tick()
+    due = (
+        count >= cfg.max_count
+        or (count > 0 and oldest is not None and now - oldest >= cfg.max_lag)
+        or last is None
+        or now - last.time >= cfg.idle
+    )
+    if not due:
+        return None
+    with db.transaction() as cur:
+        return db.make_tick(cur)
+
+
+def publish_watermark(db: NodeDB) -> int | None:
+    """Root: if the lowest subscriber watermark rose, emit it and trim; the new value."""
+    st = db.state()
+    marks = db.watermarks()
+    last = db.last_tick()
+    if last is None:
+        return None
+    low = min(marks.values()) if marks else last.tick_id
+    if low <= st.global_watermark:
+        return None
+    with db.transaction() as cur:
+        db.insert_event(cur, WATERMARK, None, None, json.dumps({"tick": low}))
+        db.set_local(cur, "global_watermark", str(low))
+        db.trim(cur, low)
+    return low

@@ -1,0 +1,136 @@
+"""A cascade worker: the Spark Structured Streaming query that keeps one subscriber node (branch
+or leaf) applied from its provider, and reports its watermark upwards.
+
+The query reads ``format("baton")`` from the provider with the subscriber's stored position as
+its start and applies with :func:`baton.spark.apply.apply_to`. Its checkpoint is scratch (a
+fresh directory per start): where to resume is the position in the subscriber's database, so a
+worker started on another host continues exactly where the data says. When the node's provider
+changes (``change-provider``, failover), the worker restarts its query on the new provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from baton.cascade.apply import ApplyResult
+from baton.cascade.nodedb import CascadeError, open_node_db
+from baton.spark.apply import apply_to
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger("baton.cascade")
+
+
+class Worker:
+    """Runs the apply query of the node at ``location`` with fencing ``epoch``."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        location: str,
+        epoch: int,
+        trigger: str = "0 seconds",
+        max_ticks: int = 1000,
+    ) -> None:
+        self.spark = spark
+        self.location = location
+        self.epoch = epoch
+        self.trigger = trigger
+        self.max_ticks = max_ticks
+        self.query: StreamingQuery | None = None
+        self.provider: str | None = None
+        self.applied = 0
+        self.last_result: ApplyResult | None = None
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        #: Held while a micro-batch is applied; ``stop`` waits for it, because interrupting
+        #: Spark inside a foreachBatch call makes it fail noisily (and the batch is redone).
+        self._busy = threading.Lock()
+        self._stopping = threading.Event()
+        self._scratch = Path(tempfile.mkdtemp(prefix="baton-worker-"))
+
+    def _provider_location(self) -> tuple[str, str]:
+        with open_node_db(self.location) as db:
+            st = db.state()
+            nodes = db.nodes()
+        if st.provider is None:
+            raise CascadeError(f"{st.name} is a {st.role}: it has no provider to follow")
+        if st.provider not in nodes:
+            raise CascadeError(f"{st.name}: provider {st.provider} is not in the node list")
+        return st.provider, nodes[st.provider][0]
+
+    def start(self) -> None:
+        provider, location = self._provider_location()
+        self.provider = provider
+        checkpoint = self._scratch / f"checkpoint-{time.monotonic_ns()}"
+        reader = (
+            self.spark.readStream.format("baton")
+            .option("provider", location)
+            .option("subscriber", self.location)
+            .option("maxTicks", str(self.max_ticks))
+            .load()
+        )
+        self.query = (
+            reader.writeStream.foreachBatch(
+                self._gated(apply_to(self.location, self.epoch, self._applied))
+            )
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime=self.trigger)
+            .queryName(f"baton-worker-{time.monotonic_ns()}")
+            .start()
+        )
+        log.info("worker started", extra={"location": self.location, "provider": provider})
+
+    def _gated(self, fn: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
+        def run(df: DataFrame, batch_id: int) -> None:
+            if self._stopping.is_set():
+                return  # nothing applied: the next start resumes from the stored position
+            with self._busy:
+                fn(df, batch_id)
+
+        return run
+
+    def _applied(self, result: ApplyResult) -> None:
+        with self._lock:
+            self.applied += int(result.applied)
+            self.last_result = result
+        self.report_watermark()
+
+    def report_watermark(self) -> None:
+        """Tell the provider the lowest tick this node and its subscribers have applied."""
+        with open_node_db(self.location) as db:
+            st = db.state()
+            marks = db.watermarks()
+        mark = min([st.position, *marks.values()])
+        _, location = self._provider_location()
+        with open_node_db(location) as prov, prov.transaction() as cur:
+            prov.set_watermark(cur, st.name, mark)
+
+    def check(self) -> None:
+        """Raise the query's error, if it failed; restart on a provider change."""
+        if self.query is not None and not self.query.isActive:
+            exc = self.query.exception()
+            if exc is not None:
+                self.error = exc
+                raise CascadeError(f"worker for {self.location} failed: {exc}")
+        provider, _ = self._provider_location()
+        if provider != self.provider:
+            log.info("provider changed", extra={"from": self.provider, "to": provider})
+            self.stop()
+            self.start()
+
+    def stop(self) -> None:
+        if self.query is not None:
+            self._stopping.set()
+            with self._busy:  # let a batch being applied finish
+                self.query.stop()
+            self.query = None
+            self._stopping.clear()

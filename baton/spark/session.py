@@ -1,0 +1,89 @@
+"""Building the SparkSession a node (or a test) uses.
+
+``master`` (``local[*]`` by default) or ``remote`` (Spark Connect) come from the node config's
+``[spark]`` table; ``conf`` adds any Spark setting. ``quiet=True`` applies the settings that make
+a local session start fast and log little (tests and the demo): no UI, two shuffle partitions,
+loopback only, scratch directories inside ``work_dir``, and error-level logs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+logger.spark.name = org.apache.spark
+logger.spark.level = error
+"""
+
+
+def build_session(
+    *,
+    master: str | None = None,
+    remote: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    work_dir: Path | None = None,
+    quiet: bool = False,
+    app_name: str = "baton",
+) -> SparkSession:
+    """A SparkSession (an existing active one is reused, as Spark does)."""
+    from pyspark.sql import SparkSession
+
+    # Spark's Python workers must run this interpreter (with baton and pyspark installed), not
+    # whatever python3 is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    # Spark Connect (remote) or a classic session (master).
+    builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
+    settings: dict[str, str] = {}
+    if quiet:
+        work = Path(work_dir or Path.cwd() / ".spark")
+        work.mkdir(parents=True, exist_ok=True)
+        log4j = work / "log4j2.properties"
+        log4j.write_text(LOG4J)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        java = (
+            f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} "
+            "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+        )
+        settings = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.local.dir": str(work / "local"),
+            "spark.sql.warehouse.dir": str(work / "warehouse"),
+            "spark.driver.extraJavaOptions": java,
+            "spark.executor.extraJavaOptions": java,
+            "spark.sql.streaming.stopTimeout": "10s",
+        }
+    for key, value in {**settings, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    if quiet:
+        session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def register(session: SparkSession) -> None:
+    """Make ``format("baton")`` available in ``session``."""
+    from baton.spark.source import BatonSource
+
+    session.dataSource.register(BatonSource)
