@@ -92,9 +92,12 @@ def apply_batch(
     reduced: Iterable[Event],
     events: Sequence[Event] | None,
     epoch: int,
+    *,
+    provider: str | None = None,
 ) -> ApplyResult:
     """Apply one micro-batch (the batches of ``ticks``) in one transaction; see the module
-    docstring. ``events`` (every event, for the queue copy) is needed on a branch."""
+    docstring. ``events`` (every event, for the queue copy) is needed on a branch. ``provider``
+    is the node the batch was read from: nothing is applied unless it is still the node's."""
     if not ticks:
         return ApplyResult(False, db.state().position, detail="no tick")
     first, end = ticks[0].tick_id, ticks[-1].tick_id
@@ -106,6 +109,14 @@ def apply_batch(
             )
         if end <= st.position:
             return ApplyResult(False, st.position, detail="already applied")
+        if provider is not None and st.provider != provider:
+            # Read from a provider the node has left (change-provider, failover): its ticks may
+            # not be the set's any more. The worker restarts on the new provider.
+            return ApplyResult(False, st.position, detail="provider changed")
+        if st.paused:
+            # Nothing applied: the worker's next start (or the next micro-batch after resume)
+            # reads from the stored position again.
+            return ApplyResult(False, st.position, detail="paused")
         if first != st.position + 1:
             raise CascadeError(
                 f"{st.name} is at tick {st.position} but the batch starts at tick {first}"
@@ -118,8 +129,9 @@ def apply_batch(
             db.delete_keys(cur, table, pk, dels)
             db.upsert(cur, table, cols, ups)
             rows += len(ups) + len(dels)
-            if tables[table] == "catching-up":
-                db.set_table(cur, table, "ok", skip[table])
+        for table, state in tables.items():
+            if state == "catching-up" and skip[table] <= end:
+                db.set_table(cur, table, "ok", skip[table])  # past its copy's tick: caught up
         copied = 0
         if st.role.carries_queue and st.role is not Role.ROOT:
             if events is None:

@@ -127,8 +127,21 @@ class NodeDB(abc.ABC):
         """Root: add one event in the caller's transaction; its id."""
 
     @abc.abstractmethod
+    def bump_event_ids(self, cur: Any, above: int) -> None:
+        """Make every event id assigned from now on greater than ``above`` (and never reuse an
+        id, even after trimming): a promoted node's new events must sort after the set's."""
+
+    @abc.abstractmethod
     def copy_batch(self, cur: Any, events: Sequence[Event], ticks: Sequence[Tick]) -> None:
         """Branch: store the provider's events and ticks verbatim (same ids, same ticks)."""
+
+    @abc.abstractmethod
+    def events_after(self, tick_id: int) -> Iterator[Event]:
+        """Every event not in a batch up to ``tick_id``: in later batches or not ticked yet."""
+
+    @abc.abstractmethod
+    def discard_after(self, cur: Any, tick_id: int) -> None:
+        """Delete the ticks after ``tick_id`` and every event :meth:`events_after` returns."""
 
     @abc.abstractmethod
     def trim(self, cur: Any, below_tick: int) -> int:
@@ -180,6 +193,12 @@ class NodeDB(abc.ABC):
         """Delete the rows with these keys (set-wise; missing keys are ignored)."""
 
     @abc.abstractmethod
+    def read_keys(
+        self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """The rows of ``table`` with these keys (all columns; missing keys are left out)."""
+
+    @abc.abstractmethod
     def read_rows(self, table: str) -> list[tuple[Any, ...]]:
         """Every row of ``table``, ordered by primary key (for copy and compare)."""
 
@@ -191,7 +210,9 @@ def open_node_db(location: str) -> NodeDB:
 
         return SQLiteNodeDB(location)
     if location.startswith(("postgresql:", "postgres:")):
-        raise CascadeError("PostgreSQL node databases are not supported yet: use sqlite:///path")
+        from baton.cascade.postgres_db import PostgresNodeDB
+
+        return PostgresNodeDB(location)
     raise CascadeError(
         f"bad node location {location.split('://', 1)[0]!r}: use sqlite:///path/node.db or "
         "postgresql://user@host/db"

@@ -24,7 +24,7 @@ _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS baton_event (
-    ev_id INTEGER PRIMARY KEY,
+    ev_id INTEGER PRIMARY KEY AUTOINCREMENT,
     ev_txid INTEGER NOT NULL DEFAULT 0,
     ev_time REAL NOT NULL,
     ev_type TEXT NOT NULL,
@@ -219,6 +219,18 @@ class SQLiteNodeDB(NodeDB):
         )
         return int(cur.lastrowid)
 
+    def bump_event_ids(self, cur: Any, above: int) -> None:
+        # AUTOINCREMENT never reuses an id, even after trimming; this also lifts it past ids
+        # this node never held (a promoted branch continues after the old root's last tick).
+        cur.execute(
+            "UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'baton_event'", (above,)
+        )
+        cur.execute(
+            "INSERT INTO sqlite_sequence (name, seq) SELECT 'baton_event', ? "
+            "WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'baton_event')",
+            (above,),
+        )
+
     def copy_batch(self, cur: Any, events: Sequence[Event], ticks: Sequence[Tick]) -> None:
         cur.executemany(
             "INSERT INTO baton_event (ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, "
@@ -229,6 +241,26 @@ class SQLiteNodeDB(NodeDB):
             "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time) VALUES (?, ?, ?, ?)",
             [(t.tick_id, t.ev_high, t.snapshot, t.time) for t in ticks],
         )
+
+    def _after_clause(self, tick_id: int) -> tuple[str, tuple[int, int]]:
+        tick = self.get_tick(tick_id)
+        high = tick.ev_high if tick else 0
+        return "ev_tick > ? OR (ev_tick IS NULL AND ev_id > ?)", (tick_id, high)
+
+    def events_after(self, tick_id: int) -> Iterator[Event]:
+        where, args = self._after_clause(tick_id)
+        rows = self.conn.execute(
+            "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_tick "
+            f"FROM baton_event WHERE {where} ORDER BY ev_id",
+            args,
+        )
+        for r in rows:
+            yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+
+    def discard_after(self, cur: Any, tick_id: int) -> None:
+        where, args = self._after_clause(tick_id)
+        cur.execute(f"DELETE FROM baton_event WHERE {where}", args)
+        cur.execute("DELETE FROM baton_tick WHERE tick_id > ?", (tick_id,))
 
     def trim(self, cur: Any, below_tick: int) -> int:
         tick = cur.execute(
@@ -348,6 +380,15 @@ class SQLiteNodeDB(NodeDB):
             return
         where = " AND ".join(f"{ident(c)} = ?" for c in key_columns)
         cur.executemany(f"DELETE FROM {ident(table)} WHERE {where}", keys)
+
+    def read_keys(
+        self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        where = " AND ".join(f"{ident(c)} = ?" for c in key_columns)
+        out: list[tuple[Any, ...]] = []
+        for key in keys:
+            out.extend(self.conn.execute(f"SELECT * FROM {ident(table)} WHERE {where}", key))
+        return out
 
     def read_rows(self, table: str) -> list[tuple[Any, ...]]:
         cols, pk = self.columns(table)

@@ -37,6 +37,8 @@ def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
     st = db.state()
     if st.role is not Role.ROOT:
         raise CascadeError(f"{st.name} is a {st.role}: only the root makes ticks")
+    if db.get_local("switch_tick") is not None:
+        return None  # a switchover is handing the root role over: the last tick is made
     count, oldest = db.pending()
     last = db.last_tick()
     due = (
@@ -48,6 +50,8 @@ def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
     if not due:
         return None
     with db.transaction() as cur:
+        if db.get_local("switch_tick") is not None:
+            return None  # checked again under the write lock: a switchover may have begun
         return db.make_tick(cur)
 
 

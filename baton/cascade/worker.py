@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from baton.cascade.apply import ApplyResult
-from baton.cascade.nodedb import CascadeError, open_node_db
+from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
 from baton.spark.apply import apply_to
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class Worker:
         self.applied = 0
         self.last_result: ApplyResult | None = None
         self.error: BaseException | None = None
+        self.failures = 0
+        self._failed_at = -1
         self._lock = threading.Lock()
         #: Held while a micro-batch is applied; ``stop`` waits for it, because interrupting
         #: Spark inside a foreachBatch call makes it fail noisily (and the batch is redone).
@@ -80,7 +82,7 @@ class Worker:
         )
         self.query = (
             reader.writeStream.foreachBatch(
-                self._gated(apply_to(self.location, self.epoch, self._applied))
+                self._gated(apply_to(self.location, self.epoch, self._applied, provider))
             )
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=self.trigger)
@@ -99,6 +101,8 @@ class Worker:
         return run
 
     def _applied(self, result: ApplyResult) -> None:
+        if result.detail in ("paused", "provider changed"):
+            self._stopping.set()  # skip what Spark planned past the position; check() restarts
         with self._lock:
             self.applied += int(result.applied)
             self.last_result = result
@@ -109,21 +113,44 @@ class Worker:
         with open_node_db(self.location) as db:
             st = db.state()
             marks = db.watermarks()
+        if st.provider is None:
+            return  # promoted meanwhile: a root reports to no one
         mark = min([st.position, *marks.values()])
         _, location = self._provider_location()
         with open_node_db(location) as prov, prov.transaction() as cur:
             prov.set_watermark(cur, st.name, mark)
 
     def check(self) -> None:
-        """Raise the query's error, if it failed; restart on a provider change."""
-        if self.query is not None and not self.query.isActive:
+        """Keep the query in line with the node: stopped while paused, restarted after a
+        failure or a provider change. Raises :class:`FencedOut` when a newer worker took over,
+        and :class:`CascadeError` after repeated failures without progress."""
+        with open_node_db(self.location) as db:
+            st = db.state()
+        if st.paused or st.provider is None:
+            self.stop()  # paused, or promoted to root: nothing to apply
+            return
+        if self.query is None:
+            self.start()
+            return
+        if not self.query.isActive:
             exc = self.query.exception()
-            if exc is not None:
+            message = str(exc) if exc is not None else "stopped"
+            self.query = None
+            if "is stale" in message:
+                raise FencedOut(f"worker for {st.name} at epoch {self.epoch}: {message}")
+            self.failures = self.failures + 1 if st.position == self._failed_at else 1
+            self._failed_at = st.position
+            if self.failures > 3:
                 self.error = exc
-                raise CascadeError(f"worker for {self.location} failed: {exc}")
+                raise CascadeError(f"worker for {st.name} keeps failing: {message}")
+            log.warning("worker query failed; restarting", extra={"error": message[:300]})
+            self.start()
+            return
         provider, _ = self._provider_location()
-        if provider != self.provider:
-            log.info("provider changed", extra={"from": self.provider, "to": provider})
+        if provider != self.provider or self._stopping.is_set():
+            # A provider change, or batches skipped past the position while paused: read again
+            # from the position stored in the node.
+            log.info("worker restarts", extra={"provider": provider, "was": self.provider})
             self.stop()
             self.start()
 

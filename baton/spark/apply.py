@@ -44,9 +44,11 @@ def apply_to(
     subscriber: str,
     epoch: int,
     on_applied: Callable[[ApplyResult], None] | None = None,
+    provider: str | None = None,
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function applying micro-batches to the node at ``subscriber`` with
-    worker ``epoch``; ``on_applied`` is called after each committed (or skipped) batch."""
+    worker ``epoch``; ``on_applied`` is called after each committed (or skipped) batch;
+    ``provider`` (the node read from) must still be the subscriber's provider at commit."""
 
     def apply_micro_batch(df: DataFrame, batch_id: int) -> None:
         from pyspark.sql import Window
@@ -81,7 +83,7 @@ def apply_to(
             events = [_event(r) for r in rest.toArrow().to_pylist()]
             events.sort(key=lambda e: e.ev_id)
             with open_node_db(subscriber) as db:
-                result = apply_batch(db, ticks, reduced_events, events, epoch)
+                result = apply_batch(db, ticks, reduced_events, events, epoch, provider=provider)
             if on_applied is not None:
                 on_applied(result)
         finally:

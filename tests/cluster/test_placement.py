@@ -177,10 +177,8 @@ def _paused_controller(c: LocalCluster) -> None:
     new, epoch2 = c.wait_for(lambda: (ctl := c.controller()) and ctl[1] > epoch and ctl, timeout=20)
     # The new controller moves the paused node's members away (its membership lapsed).
     c.wait_for(lambda: old not in placement(c)["per_node"] and settled(c, 6), timeout=60)
-    mark = run(_head(c.store_url))
-    c.resume(old)
-    # Resumed, the old controller learns it lost the role; meanwhile nothing it attempts lands:
-    # its stale command is refused by every node and changes nothing there.
+    # The old controller's command, with its stale epoch, is refused and changes nothing (sent
+    # while the cluster is settled, so nothing else changes the node's groups meanwhile).
     node = c.node(new)
     before = node.get("/v1/groups").json()
     res = httpx.post(
@@ -199,6 +197,9 @@ def _paused_controller(c: LocalCluster) -> None:
     assert [
         (g["group"], g["term"], g["role"]) for g in node.get("/v1/groups").json()["groups"]
     ] == [(g["group"], g["term"], g["role"]) for g in before["groups"]]
+    # Resumed, the old controller learns it lost the role before it can write anything.
+    mark = run(_head(c.store_url))
+    c.resume(old)
     # It rejoins as a member and gets members back from the new controller's rebalance.
     c.wait_for(lambda: old in placement(c)["per_node"] and settled(c, 6), timeout=60)
     assert c.controller() == (new, epoch2)

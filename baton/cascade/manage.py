@@ -1,0 +1,495 @@
+"""Set-level operations: change-provider, switchover, failover, tag-dead/tag-alive,
+pause/resume, candidates, status, resurrect.
+
+Every operation is resumable: it checks each step's effect before doing it, so running it again
+after an interruption finishes the job. Bad input (an unknown node, a dead provider, a cycle, a
+provider without the ticks a node needs) is refused before anything is written.
+
+A node is found by name through the node list of any member (``via``: a location), because the
+node list is the only data every node holds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from baton.cascade.model import Role
+from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
+from baton.cascade.ticker import TickerConfig
+
+
+class Cascade:
+    """The set, seen through the node list at ``via``."""
+
+    def __init__(self, via: str) -> None:
+        self.via = via
+        with open_node_db(via) as db:
+            self.nodes = db.nodes()
+            self.set_name = db.state().set_name
+
+    def location(self, name: str) -> str:
+        if name not in self.nodes:
+            raise CascadeError(f"unknown node {name!r}: the set has {sorted(self.nodes)}")
+        return self.nodes[name][0]
+
+    @contextmanager
+    def db(self, name: str) -> Iterator[NodeDB]:
+        with open_node_db(self.location(name)) as db:
+            yield db
+
+    def dead(self, name: str) -> bool:
+        return self.nodes[name][1]
+
+    def providers_chain(self, name: str) -> list[str]:
+        """``name``'s provider, its provider, ... up to the root (cycle-safe)."""
+        chain: list[str] = []
+        current = name
+        while True:
+            with self.db(current) as db:
+                provider = db.state().provider
+            if provider is None or provider in chain or provider == name:
+                return chain
+            chain.append(provider)
+            current = provider
+
+    def _for_each_live(self, fn: Callable[[NodeDB], None]) -> list[str]:
+        """Run ``fn`` on every reachable node not tagged dead; the names that failed."""
+        failed = []
+        for name, (loc, dead) in sorted(self.nodes.items()):
+            if dead:
+                continue
+            try:
+                with open_node_db(loc) as db:
+                    fn(db)
+            except (CascadeError, OSError):
+                failed.append(name)
+        return failed
+
+
+# -- provider changes --------------------------------------------------------------------
+
+
+def candidates(c: Cascade, node: str) -> list[str]:
+    """The nodes that can be ``node``'s provider now: they carry the queue, are not dead, are
+    not ``node`` or below it (no cycle), and still have the tick ``node`` is at."""
+    with c.db(node) as db:
+        position = db.state().position
+    out = []
+    for name in sorted(c.nodes):
+        if name == node or c.dead(name):
+            continue
+        try:
+            _check_provider(c, node, name, position)
+        except CascadeError:
+            continue
+        out.append(name)
+    return out
+
+
+def _check_provider(c: Cascade, node: str, provider: str, position: int) -> None:
+    if provider == node:
+        raise CascadeError(f"{node} cannot be its own provider")
+    c.location(provider)  # an unknown name is refused here, with the known ones
+    if c.dead(provider):
+        raise CascadeError(f"{provider} is tagged dead: pick another provider (see candidates)")
+    with c.db(provider) as db:
+        st = db.state()
+        if not st.role.carries_queue:
+            raise CascadeError(f"{provider} is a leaf: it has no queue to provide")
+        if node in c.providers_chain(provider):
+            raise CascadeError(f"{provider} receives from {node}: that would make a cycle")
+        if position and db.get_tick(position) is None:
+            last = db.last_tick()
+            have = last.tick_id if last else 0
+            why = "is behind" if have < position else "no longer has it"
+            raise CascadeError(
+                f"{provider} cannot provide {node}: {node} is at tick {position} and {provider} "
+                f"{why} (last tick {have}); see 'candidates'"
+            )
+
+
+def change_provider(c: Cascade, node: str, provider: str) -> None:
+    """Point ``node`` at ``provider``; its worker follows within one micro-batch."""
+    with c.db(node) as db:
+        st = db.state()
+        if st.role is Role.ROOT:
+            raise CascadeError(f"{node} is the root: it has no provider (use switchover)")
+        old = st.provider
+        if old == provider:
+            return
+        _check_provider(c, node, provider, st.position)
+        with c.db(provider) as pdb, pdb.transaction() as cur:
+            pdb.set_watermark(cur, node, st.position)
+        _hold_upwards(c, provider, st.position)
+        with db.transaction() as cur:
+            db.set_local(cur, "provider", provider)
+    if old is not None and not c.dead(old):
+        try:
+            with c.db(old) as odb, odb.transaction() as cur:
+                odb.drop_subscriber(cur, node)
+        except (CascadeError, OSError):
+            pass  # the old provider is gone: nothing of ours to clean there
+    if old is not None and c.dead(old):
+        _release_dead(c, old)
+
+
+def _hold_upwards(c: Cascade, node: str, position: int) -> None:
+    """Lower the watermark ``node`` has reported up its chain to ``position`` at once, so the
+    root cannot trim ticks a newly attached subscriber still needs before ``node`` reports again
+    (its next report includes the new subscriber)."""
+    child = node
+    for parent in c.providers_chain(node):
+        with c.db(parent) as db:
+            current = db.watermarks().get(child)
+            if current is None or current > position:
+                with db.transaction() as cur:
+                    db.set_watermark(cur, child, position)
+        child = parent
+
+
+def _subscribers_of(c: Cascade, node: str) -> list[str]:
+    """Live nodes whose provider is ``node``."""
+    out = []
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == node:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                if db.state().provider == node:
+                    out.append(name)
+        except (CascadeError, OSError):
+            continue
+    return out
+
+
+def _release_dead(c: Cascade, node: str) -> None:
+    """Drop a dead node's watermark registration once no live node receives from it. Until
+    then its last report keeps holding the queue back for the nodes below it (they still need
+    those ticks to move to another provider)."""
+    if _subscribers_of(c, node):
+        return
+
+    def drop(db: NodeDB) -> None:
+        if node in db.watermarks():
+            with db.transaction() as cur:
+                db.drop_subscriber(cur, node)
+
+    c._for_each_live(drop)
+
+
+# -- dead and alive ------------------------------------------------------------------------
+
+
+def tag(c: Cascade, node: str, dead: bool) -> list[str]:
+    """Tag ``node`` dead (or alive) in every reachable node list; the nodes not reached. A dead
+    node is no provider candidate; it stops holding back the watermark once no live node
+    receives from it."""
+    location = c.location(node)
+
+    def mark(db: NodeDB) -> None:
+        with db.transaction() as cur:
+            db.put_node(cur, node, location, dead)
+
+    missed = c._for_each_live(mark)
+    c.nodes[node] = (location, dead)
+    if dead:
+        _release_dead(c, node)
+    return missed
+
+
+def set_paused(c: Cascade, node: str, paused: bool) -> None:
+    """Pause (or resume) ``node``'s worker: it applies nothing while paused."""
+    with c.db(node) as db, db.transaction() as cur:
+        db.set_local(cur, "paused", "1" if paused else "0")
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    name: str
+    location: str
+    role: str
+    provider: str | None
+    position: int
+    lag_ticks: int | None
+    lag_seconds: float | None
+    paused: bool
+    dead: bool
+    reachable: bool
+    tables: dict[str, str]
+
+
+def members(c: Cascade) -> list[Member]:
+    """Every node with its position and lag behind the root (in ticks and seconds)."""
+    root_last = None
+    root_db_loc = None
+    for loc, dead in c.nodes.values():
+        if dead:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                if db.state().role is Role.ROOT:
+                    root_last = db.last_tick()
+                    root_db_loc = loc
+        except (CascadeError, OSError):
+            continue
+    out = []
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        try:
+            with open_node_db(loc) as db:
+                st = db.state()
+                tables = db.tables()
+        except (CascadeError, OSError):
+            out.append(Member(name, loc, "?", None, 0, None, None, False, dead, False, {}))
+            continue
+        position = root_last.tick_id if st.role is Role.ROOT and root_last else st.position
+        lag_t = lag_s = None
+        if root_last is not None:
+            lag_t = max(0, root_last.tick_id - position)
+            lag_s = 0.0
+            if lag_t and root_db_loc is not None:
+                with open_node_db(root_db_loc) as rdb:
+                    at = rdb.get_tick(position + 1)
+                lag_s = round(time.time() - at.time, 3) if at else None
+        out.append(
+            Member(
+                name,
+                loc,
+                st.role.value,
+                st.provider,
+                position,
+                lag_t,
+                lag_s,
+                st.paused,
+                dead,
+                True,
+                tables,
+            )
+        )
+    return out
+
+
+# -- switchover and failover ------------------------------------------------------------------
+
+
+def _promote(db: NodeDB) -> int:
+    """Make ``db``'s node the root: capture its tables, no provider. Its tick id sequence goes
+    on from the last tick it has; returns that tick (the fork point)."""
+    last = db.last_tick()
+    fork = last.tick_id if last else 0
+    with db.transaction() as cur:
+        db.bump_event_ids(cur, last.ev_high if last else 0)
+        for table, state in db.tables().items():
+            if state in ("ok", "catching-up"):
+                db.capture(cur, table, True)
+                db.set_table(cur, table, "ok", 0)
+        db.set_local(cur, "role", Role.ROOT.value)
+        db.set_local(cur, "provider", None)
+        db.set_local(cur, "root_since", str(fork))
+        db.set_local(cur, "position", str(fork))
+    return fork
+
+
+def _demote(db: NodeDB, provider: str, position: int) -> None:
+    with db.transaction() as cur:
+        for table in db.tables():
+            db.capture(cur, table, False)
+        db.set_local(cur, "role", Role.BRANCH.value)
+        db.set_local(cur, "provider", provider)
+        db.set_local(cur, "position", str(position))
+
+
+def switchover(
+    c: Cascade, new_root: str, wait: Callable[[Callable[[], bool], float], None], timeout: float
+) -> int:
+    """Planned: ``new_root`` (a branch) becomes the root and the old root its branch, with no
+    event lost or applied twice. The old root stops capturing and makes a last tick in one
+    transaction; once ``new_root`` has applied that tick it is promoted. Writers must move to the
+    new root: changes written to the old root after the switch are not captured. Returns the
+    switch tick."""
+    root = _find_root(c)
+    if root == new_root:
+        return _root_since(c, new_root)
+    with c.db(new_root) as ndb:
+        nst = ndb.state()
+        if nst.role is not Role.BRANCH:
+            raise CascadeError(f"{new_root} is a {nst.role}: only a branch can become the root")
+    with c.db(root) as rdb:
+        last_t = rdb.get_local("switch_tick")
+        if last_t is None:
+            with rdb.transaction() as cur:
+                for table in rdb.tables():
+                    rdb.capture(cur, table, False)
+                tick = rdb.make_tick(cur)
+                assert tick is not None
+                rdb.set_local(cur, "switch_tick", str(tick.tick_id))
+            last_t = str(tick.tick_id)
+    switch = int(last_t)
+
+    def applied() -> bool:
+        with c.db(new_root) as db:
+            return db.state().position >= switch
+
+    wait(applied, timeout)
+    with c.db(new_root) as ndb:
+        if ndb.state().role is not Role.ROOT:
+            _promote(ndb)
+    with c.db(root) as rdb:
+        _demote(rdb, new_root, switch)
+        with rdb.transaction() as cur:
+            rdb.set_local(cur, "switch_tick", None)
+    with c.db(new_root) as ndb, ndb.transaction() as cur:
+        ndb.set_watermark(cur, root, switch)
+        ndb.drop_subscriber(cur, new_root)
+    with c.db(root) as rdb, rdb.transaction() as cur:
+        rdb.drop_subscriber(cur, new_root)
+    return switch
+
+
+def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
+    """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live queue-carrying node with
+    the highest tick, and redirect every node that received from the dead root to the new root.
+    Returns (new root, fork tick, notes about nodes that need attention)."""
+    tag(c, dead_root, True)
+    best: tuple[int, str] | None = None
+    notes: list[str] = []
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == dead_root:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                st = db.state()
+                if st.role is Role.ROOT:
+                    return name, _root_since(c, name), notes  # already failed over
+                last = db.last_tick()
+        except (CascadeError, OSError):
+            continue
+        if st.role.carries_queue and last is not None and (best is None or last.tick_id > best[0]):
+            best = (last.tick_id, name)
+    if best is None:
+        raise CascadeError("no live branch carries the queue: nothing can become the root")
+    fork, new_root = best
+    with c.db(new_root) as db:
+        _promote(db)
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == new_root:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                st = db.state()
+        except (CascadeError, OSError):
+            notes.append(f"{name}: unreachable, redirect it later with change-provider")
+            continue
+        if st.position > fork:
+            # It applied ticks the set lost with the root: its tables may differ from the new
+            # root's for the keys those ticks changed. Continue from the fork (dropping the
+            # lost ticks from its queue: the new root's ticks after the fork are other ones).
+            with open_node_db(loc) as db, db.transaction() as cur:
+                if st.role.carries_queue:
+                    db.discard_after(cur, fork)
+                db.set_local(cur, "position", str(fork))
+                db.set_local(cur, "provider", new_root)
+            notes.append(
+                f"{name}: had applied up to tick {st.position} (> {fork}); rewound to {fork}, "
+                "run 'check' and repair the differences"
+            )
+        elif st.provider == dead_root:
+            change_provider(c, name, new_root)
+    return new_root, fork, notes
+
+
+def resurrect(c: Cascade, old_root: str, out: Path) -> int:
+    """An old root came back after a failover. Its events after the fork point never reached
+    the set: write them to ``out`` (JSON lines), drop its ticks after the fork, and make it a
+    branch of the current root. The keys those events touched are copied again from the new
+    root as the node catches up (full row images). Returns the number of events saved."""
+    new_root = _find_root(c, exclude=old_root)
+    fork = _root_since(c, new_root)
+    location = c.location(old_root)
+    with open_node_db(location) as db:
+        st = db.state()
+        if st.role is not Role.ROOT:
+            if st.provider == new_root:
+                return 0  # done before
+            raise CascadeError(f"{old_root} is a {st.role}, not an old root")
+        # Stop capturing first: every event to save is then in the queue, and the repair
+        # below is not captured as new events.
+        with db.transaction() as cur:
+            for table in db.tables():
+                db.capture(cur, table, False)
+        lost = list(db.events_after(fork))
+        if lost:  # a re-run after the discard finds none and keeps the file
+            with out.open("w") as f:
+                for e in lost:
+                    f.write(json.dumps(_event_dict(e)) + "\n")
+        touched: dict[str, set[str]] = {}
+        for e in lost:
+            if e.table is not None and e.key is not None and e.table in db.tables():
+                touched.setdefault(e.table, set()).add(e.key)
+        with open_node_db(c.location(new_root)) as ndb:
+            fresh = {t: _current_rows(ndb, t, keys) for t, keys in touched.items()}
+        with db.transaction() as cur:
+            db.discard_after(cur, fork)
+            db.set_local(cur, "switch_tick", None)
+            # Undo what the lost events did: those keys get the set's current rows (the
+            # catch-up from the fork then replays the set's own changes to them in order).
+            for table, (cols, pk, keys, rows) in fresh.items():
+                db.delete_keys(cur, table, pk, keys)
+                db.upsert(cur, table, cols, rows)
+        _demote(db, new_root, fork)
+    tag(c, old_root, False)
+    with open_node_db(c.location(new_root)) as ndb, ndb.transaction() as cur:
+        ndb.set_watermark(cur, old_root, fork)
+    return len(lost)
+
+
+def _current_rows(
+    db: NodeDB, table: str, keys: set[str]
+) -> tuple[list[str], list[str], list[list[object]], list[tuple[object, ...]]]:
+    cols, pk = db.columns(table)
+    key_values = [[json.loads(k)[c] for c in pk] for k in sorted(keys)]
+    return cols, pk, key_values, db.read_keys(table, pk, key_values)
+
+
+def _event_dict(e: object) -> dict[str, object]:
+    fields = ("ev_id", "time", "type", "table", "key", "data", "txid", "tick")
+    return {f: getattr(e, f) for f in fields}
+
+
+def _find_root(c: Cascade, exclude: str | None = None) -> str:
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == exclude:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                if db.state().role is Role.ROOT:
+                    return name
+        except (CascadeError, OSError):
+            continue
+    raise CascadeError("no live root in the set: use failover")
+
+
+def _root_since(c: Cascade, root: str) -> int:
+    with c.db(root) as db:
+        return int(db.get_local("root_since") or 0)
+
+
+__all__ = [
+    "Cascade",
+    "TickerConfig",
+    "candidates",
+    "change_provider",
+    "failover",
+    "members",
+    "resurrect",
+    "set_paused",
+    "switchover",
+    "tag",
+]

@@ -1,0 +1,779 @@
+"""The PostgreSQL node database.
+
+**Batches.** On PostgreSQL an event's id comes from a sequence when the row is written, long
+before its transaction commits, so an event with a lower id can commit after a tick that
+recorded a higher one: an id range would miss it (or take it twice). As in PgQ, a tick stores
+the snapshot of the transaction that made it (``pg_current_snapshot()``), and each captured event
+stores its transaction id. The batch of a local tick ``cur`` after tick ``prev`` is:
+
+- the events captured here (``ev_tick IS NULL``) whose transaction is visible in ``cur``'s
+  snapshot and not in ``prev``'s: committed before ``cur`` was made and after ``prev`` was;
+- when ``prev`` has no snapshot of this database (there is none, or it was copied from another
+  root, e.g. before this node was promoted), those visible in ``cur``'s snapshot with an id above
+  ``prev.ev_high`` (all of them when there is no ``prev``);
+- plus the events copied from a provider whose ``ev_tick`` is in ``(prev, cur]``.
+
+Ticks made here are marked ``tick_local``: a copied tick keeps its provider's snapshot verbatim
+(it is passed on down the cascade) but that snapshot speaks of another server's transactions.
+A snapshot's ``xmin``/``xmax`` bound the scan through a partial index on ``ev_txid``. A tick's
+``ev_high`` is the highest event id its snapshot sees (read in the same statement).
+
+**Serialisation.** :meth:`PostgresNodeDB.transaction` takes a transaction-scoped advisory lock
+for the node (keyed on its schema) so that the node's own writers run one at a time, as
+SQLite's ``BEGIN IMMEDIATE`` makes them: a worker's read of its position and epoch and its
+write of the new ones cannot interleave with another worker's, and ticks are made strictly one
+after the other, each with a snapshot taken after the previous tick committed (transactions
+are READ COMMITTED, so every statement takes a fresh snapshot once the lock is held).
+Application transactions that write captured tables take no such lock.
+
+**Capture.** One PL/pgSQL trigger function, ``baton_capture(key columns...)``, writes each row
+change in the writer's transaction: ``ev_key`` holds the key columns in key order and ``ev_data``
+the whole row (``row_to_json``: columns in table order, compact like SQLite's ``json_object``).
+It pins ``extra_float_digits`` so that doubles are written with the shortest text that reads
+back to the same value whatever the writer's session says; timestamps travel as ISO 8601
+strings, which the upsert casts back.
+
+**Upserts** send one text array per column and run a single ``INSERT ... SELECT FROM unnest(...)
+ON CONFLICT DO UPDATE``: one statement and one round trip for any number of rows, with
+PostgreSQL casting each text to its column's type; no temporary table (whose catalog churn
+every micro-batch would pay) and no per-row statements.
+
+**Reading batches.** :meth:`PostgresNodeDB.batch_events` streams through a server-side cursor
+on a second connection, so a large batch is never held in memory and the caller may use the
+node database (even write to it) while it iterates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+
+from baton.cascade.model import Event, Tick
+from baton.cascade.nodedb import CascadeError, NodeDB
+from baton.cascade.sqlite_db import ident
+from baton.errors import redact_url
+
+_Conn = psycopg.Connection[TupleRow]
+_Cur = psycopg.Cursor[TupleRow]
+_Query = str | sql.SQL | sql.Composed
+
+#: The database clock in epoch seconds. ``clock_timestamp()`` rather than ``now()``, which is
+#: frozen at the start of the transaction (possibly before a lock wait).
+_NOW = "extract(epoch FROM clock_timestamp())::float8"
+_TXID = "pg_current_xact_id()::text::bigint"
+_EVENT_COLS = "ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_tick"
+_TICK_COLS = "tick_id, ev_high, snapshot, tick_time, tick_local"
+#: Rows fetched per round trip when streaming events.
+_FETCH = 2000
+
+_SCHEMA = """
+CREATE SEQUENCE IF NOT EXISTS baton_event_id_seq;
+CREATE TABLE IF NOT EXISTS baton_event (
+    ev_id bigint PRIMARY KEY DEFAULT nextval('baton_event_id_seq'),
+    ev_txid bigint NOT NULL DEFAULT pg_current_xact_id()::text::bigint,
+    ev_time double precision NOT NULL,
+    ev_type text NOT NULL,
+    ev_table text,
+    ev_key text,
+    ev_data text,
+    ev_tick bigint
+);
+ALTER SEQUENCE baton_event_id_seq OWNED BY baton_event.ev_id;
+-- Copied events are found by tick; captured ones (no tick) by transaction id. Each index only
+-- holds the rows it serves: a root has no copied events, a branch no captured ones.
+CREATE INDEX IF NOT EXISTS baton_event_tick ON baton_event (ev_tick) WHERE ev_tick IS NOT NULL;
+CREATE INDEX IF NOT EXISTS baton_event_txid ON baton_event (ev_txid) WHERE ev_tick IS NULL;
+CREATE TABLE IF NOT EXISTS baton_tick (
+    tick_id bigint PRIMARY KEY,
+    ev_high bigint NOT NULL,
+    snapshot text,
+    tick_time double precision NOT NULL,
+    tick_local boolean NOT NULL DEFAULT false
+);
+CREATE TABLE IF NOT EXISTS baton_node (
+    name text PRIMARY KEY,
+    location text NOT NULL,
+    dead boolean NOT NULL DEFAULT false
+);
+CREATE TABLE IF NOT EXISTS baton_local (key text PRIMARY KEY, value text);
+CREATE TABLE IF NOT EXISTS baton_subscriber (
+    name text PRIMARY KEY,
+    watermark bigint NOT NULL,
+    updated double precision NOT NULL
+);
+CREATE TABLE IF NOT EXISTS baton_table (
+    name text PRIMARY KEY,
+    state text NOT NULL,
+    tick bigint NOT NULL DEFAULT 0
+);
+"""
+
+# SECURITY DEFINER: writers of captured tables need no privilege on baton_event (as PgQ does);
+# hence the pinned search_path and the schema-qualified table. The key is built by hand from the
+# row's JSON so that it stays compact and in key order (json_build_object adds spaces, jsonb
+# reorders keys), and the same key always has the same text (apply groups events by it).
+_CAPTURE_FN = """
+CREATE OR REPLACE FUNCTION {schema}.baton_capture() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET extra_float_digits = 3
+AS $baton$
+DECLARE
+    txid bigint := pg_current_xact_id()::text::bigint;
+    new_row json;
+    new_key text;
+    old_key text;
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        SELECT '{{' || coalesce(string_agg(to_json(k.c)::text || ':'
+                   || (row_to_json(OLD) -> k.c)::text, ',' ORDER BY k.n), '') || '}}'
+          INTO old_key FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n);
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        INSERT INTO {schema}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key)
+        VALUES (txid, extract(epoch FROM clock_timestamp())::float8, 'D', TG_TABLE_NAME, old_key);
+        RETURN NULL;
+    END IF;
+    new_row := row_to_json(NEW);
+    SELECT '{{' || coalesce(string_agg(to_json(k.c)::text || ':'
+               || (new_row -> k.c)::text, ',' ORDER BY k.n), '') || '}}'
+      INTO new_key FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n);
+    IF TG_OP = 'UPDATE' AND old_key IS DISTINCT FROM new_key THEN
+        -- A key change is an update of another row: delete the old key, then write the new.
+        INSERT INTO {schema}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key)
+        VALUES (txid, extract(epoch FROM clock_timestamp())::float8, 'D', TG_TABLE_NAME, old_key);
+    END IF;
+    INSERT INTO {schema}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data)
+    VALUES (txid, extract(epoch FROM clock_timestamp())::float8,
+            CASE TG_OP WHEN 'INSERT' THEN 'I' ELSE 'U' END, TG_TABLE_NAME, new_key,
+            new_row::text);
+    RETURN NULL;
+END
+$baton$
+"""
+
+_PASSWORD = re.compile(r"://[^:/@]*:(?P<pw>[^@/]*)@")
+
+
+def _name(name: str) -> sql.Identifier:
+    """``name`` as an SQL identifier, after the same check as the SQLite backend's."""
+    ident(name)
+    return sql.Identifier(name)
+
+
+def _text(value: Any) -> str | None:
+    """A value as the text PostgreSQL casts to the column's type (None stays NULL)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        # A whole float may come from a backend without an integer type: '5' suits integer
+        # columns as well as floating ones ('5.0' does not). Minus zero keeps its sign.
+        minus_zero = value == 0 and math.copysign(1.0, value) < 0
+        if value.is_integer() and abs(value) < 2**63 and not minus_zero:
+            return str(int(value))
+        return repr(value)  # the shortest text that reads back to the same double
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return "\\x" + bytes(value).hex()
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """A ``pg_snapshot``: transactions below xmin are visible, from xmax on invisible, and in
+    between visible unless listed as in progress."""
+
+    text: str
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str | None) -> _Snapshot | None:
+        if not text:
+            return None
+        try:
+            xmin, xmax, xip = text.split(":")
+            return cls(text, int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+        except ValueError:
+            return None
+
+    def visible(self, txid: int) -> bool:
+        return txid < self.xmin or (txid < self.xmax and txid not in self.xip)
+
+
+@dataclass(frozen=True, slots=True)
+class _TickRow:
+    """A tick and, when it was made here, its snapshot (None for a copied tick)."""
+
+    tick: Tick
+    snap: _Snapshot | None
+
+    @classmethod
+    def of(cls, row: Sequence[Any]) -> _TickRow:
+        tick = Tick(tick_id=row[0], ev_high=row[1], snapshot=row[2], time=row[3])
+        return cls(tick, _Snapshot.parse(row[2]) if row[4] else None)
+
+
+def _covered(upto: _TickRow | None) -> tuple[sql.Composable, list[Any]]:
+    """The condition on captured (``ev_tick IS NULL``) events: in a batch up to ``upto``."""
+    if upto is None:
+        return sql.SQL("FALSE"), []
+    if upto.snap is None:
+        return sql.SQL("ev_id <= %s"), [upto.tick.ev_high]
+    # Every transaction from xmax on is invisible: the bound lets the txid index serve.
+    cond = "ev_txid < %s AND pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot)"
+    return sql.SQL(cond), [upto.snap.xmax, upto.snap.text]
+
+
+def _after(tick: _TickRow | None) -> tuple[sql.Composable, list[Any]]:
+    """The condition on captured events: not in a batch up to ``tick`` (the negation)."""
+    if tick is None:
+        return sql.SQL("TRUE"), []
+    if tick.snap is None:
+        return sql.SQL("ev_id > %s"), [tick.tick.ev_high]
+    # Every transaction below xmin is visible: the bound lets the txid index serve.
+    cond = "ev_txid >= %s AND NOT pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot)"
+    return sql.SQL(cond), [tick.snap.xmin, tick.snap.text]
+
+
+def _is_after(tick: _TickRow | None, ev_id: int, txid: int) -> bool:
+    """:func:`_after` in Python, for one event."""
+    if tick is None:
+        return True
+    if tick.snap is None:
+        return ev_id > tick.tick.ev_high
+    return not tick.snap.visible(txid)
+
+
+@dataclass(slots=True)
+class _Run:
+    """Consecutive local ticks of a range and the tick before them: their batches hold the
+    captured events after ``before`` and visible in the last tick's snapshot."""
+
+    before: _TickRow | None
+    ticks: list[tuple[int, _Snapshot]]
+
+    def condition(self) -> tuple[sql.Composable, list[Any]]:
+        low, low_args = _after(self.before)
+        xmax, snap = self.ticks[-1][1].xmax, self.ticks[-1][1].text
+        cond = sql.SQL(
+            "({} AND ev_txid < %s AND pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot))"
+        ).format(low)
+        return cond, [*low_args, xmax, snap]
+
+    def tick_of(self, ev_id: int, txid: int) -> int | None:
+        """The first tick of the run whose snapshot sees the event (None: not in the run)."""
+        if not _is_after(self.before, ev_id, txid):
+            return None
+        return next((t for t, snap in self.ticks if snap.visible(txid)), None)
+
+
+class PostgresNodeDB(NodeDB):
+    """A node database in PostgreSQL (``postgresql://user[:password]@host[:port]/db``), in the
+    connection's default schema. See the module docstring for how batches are cut."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._shown = redact_url(location)
+        self._reader: _Conn | None = None
+        self.conn = self._connect()
+        try:
+            row = self.conn.execute("SELECT current_schema()").fetchone()
+        except psycopg.Error as exc:
+            self.conn.close()
+            raise self._failure("cannot use", exc) from None
+        if row is None or row[0] is None:
+            self.conn.close()
+            raise CascadeError(f"{self._shown}: no schema in the search_path exists")
+        self.schema: str = row[0]
+        digest = hashlib.blake2b(f"baton.node:{self.schema}".encode(), digest_size=8).digest()
+        self._lock_key = int.from_bytes(digest, "big", signed=True)
+
+    def _failure(self, what: str, exc: BaseException) -> CascadeError:
+        """One line naming the node, with no password in it (not even one the driver quotes
+        from a URL it could not parse)."""
+        detail = redact_url(_one_line(str(exc))) or type(exc).__name__
+        secrets = {m["pw"] for m in _PASSWORD.finditer(self.location)}
+        with contextlib.suppress(psycopg.Error):
+            secrets.add(conninfo_to_dict(self.location).get("password") or "")
+        for secret in sorted(secrets - {""}, key=len, reverse=True):
+            detail = detail.replace(secret, "***")
+        return CascadeError(f"{what} PostgreSQL node {self._shown}: {detail}")
+
+    def _connect(self, *settings: str) -> _Conn:
+        try:
+            params: dict[str, Any] = conninfo_to_dict(self.location)
+            params.setdefault("connect_timeout", 10)
+            params.setdefault("application_name", "baton-cascade")
+            # Doubles read back exactly whatever the server's default says.
+            opts = " ".join(f"-c {s}" for s in ("extra_float_digits=3", *settings))
+            params["options"] = f"{params.get('options', '')} {opts}".strip()
+            conn = psycopg.connect(**params, autocommit=True)
+        except (psycopg.Error, ValueError) as exc:
+            raise self._failure("cannot connect to", exc) from None
+        # READ COMMITTED whatever the server's default: make_tick relies on each statement
+        # taking a fresh snapshot once the node's lock is held.
+        conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
+        return conn
+
+    def close(self) -> None:
+        """Close the connections (the reader's too)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+        self.conn.close()
+
+    def install(self) -> None:
+        """Create the baton_* tables and the capture function if missing (idempotent)."""
+        schema = sql.Identifier(self.schema)
+        with self.transaction() as cur:
+            cur.execute(_SCHEMA)
+            cur.execute(sql.SQL(_CAPTURE_FN).format(schema=schema))
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[_Cur]:
+        """A transaction holding the node's advisory lock (see the module docstring)."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+            yield cur
+
+    def _query(self, query: _Query, args: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return self.conn.execute(query, args).fetchall()
+        except psycopg.errors.UndefinedTable as exc:
+            if "baton_" in str(exc):
+                raise CascadeError(f"{self._shown} is not a cascade node") from None
+            raise
+
+    def _one(self, query: _Query, args: Sequence[Any] = ()) -> Any:
+        rows = self._query(query, args)
+        return rows[0] if rows else None
+
+    def get_local(self, key: str, default: str | None = None) -> str | None:
+        row = self._one("SELECT value FROM baton_local WHERE key = %s", (key,))
+        return default if row is None else row[0]
+
+    def set_local(self, cur: Any, key: str, value: str | None) -> None:
+        if value is None:
+            cur.execute("DELETE FROM baton_local WHERE key = %s", (key,))
+        else:
+            cur.execute(
+                "INSERT INTO baton_local (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def nodes(self) -> dict[str, tuple[str, bool]]:
+        rows = self._query("SELECT name, location, dead FROM baton_node ORDER BY name")
+        return {name: (loc, bool(dead)) for name, loc, dead in rows}
+
+    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None:
+        cur.execute(
+            "INSERT INTO baton_node (name, location, dead) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET location = excluded.location, dead = excluded.dead",
+            (name, location, dead),
+        )
+
+    # -- queue ----------------------------------------------------------------------------
+
+    def _tick_row(self, tick_id: int) -> _TickRow | None:
+        row = self._one(f"SELECT {_TICK_COLS} FROM baton_tick WHERE tick_id = %s", (tick_id,))
+        return None if row is None else _TickRow.of(row)
+
+    def _last_row(self) -> _TickRow | None:
+        row = self._one(f"SELECT {_TICK_COLS} FROM baton_tick ORDER BY tick_id DESC LIMIT 1")
+        return None if row is None else _TickRow.of(row)
+
+    def _tick_rows(self, after: int, upto: int) -> list[_TickRow]:
+        rows = self._query(
+            f"SELECT {_TICK_COLS} FROM baton_tick WHERE tick_id > %s AND tick_id <= %s "
+            "ORDER BY tick_id",
+            (after, upto),
+        )
+        return [_TickRow.of(r) for r in rows]
+
+    def last_tick(self) -> Tick | None:
+        row = self._last_row()
+        return None if row is None else row.tick
+
+    def get_tick(self, tick_id: int) -> Tick | None:
+        row = self._tick_row(tick_id)
+        return None if row is None else row.tick
+
+    def ticks(self, after: int, upto: int) -> list[Tick]:
+        return [r.tick for r in self._tick_rows(after, upto)]
+
+    def _stream(self, where: sql.Composable, args: Sequence[Any]) -> Iterator[tuple[Any, ...]]:
+        """The events matching ``where`` in id order, through a server-side cursor on the
+        reader connection (taken while in use, so nested streams open their own)."""
+        conn, self._reader = self._reader, None
+        if conn is None or conn.closed:
+            # Scanning an index in id order to return the first rows fast is rarely cheaper
+            # than fetching a batch through its indexes and sorting it: plan for all rows.
+            conn = self._connect("cursor_tuple_fraction=1")
+        done = False
+        try:
+            query = sql.SQL("SELECT {} FROM baton_event WHERE {} ORDER BY ev_id").format(
+                sql.SQL(_EVENT_COLS), where
+            )
+            with conn.transaction(), conn.cursor(name="baton_events") as cur:
+                cur.itersize = _FETCH
+                cur.execute(query, args)
+                yield from cur
+            done = True
+        finally:
+            if done and self._reader is None and not self.conn.closed:
+                self._reader = conn
+            else:
+                conn.close()
+
+    def batch_events(self, after: int, upto: int) -> Iterator[Event]:
+        if self.get_tick(upto) is None:
+            return
+        before = self._tick_row(after)
+        runs: list[_Run] = []
+        run: _Run | None = None
+        for row in self._tick_rows(after, upto):
+            if row.snap is None:
+                run = None  # a copied tick: its events carry it
+            else:
+                if run is None:
+                    run = _Run(before, [])
+                    runs.append(run)
+                run.ticks.append((row.tick.tick_id, row.snap))
+            before = row
+        parts: list[sql.Composable] = [sql.SQL("(ev_tick > %s AND ev_tick <= %s)")]
+        args: list[Any] = [after, upto]
+        for r in runs:
+            cond, cond_args = r.condition()
+            parts.append(sql.SQL("(ev_tick IS NULL AND {})").format(cond))
+            args += cond_args
+        for e in self._stream(sql.SQL(" OR ").join(parts), args):
+            tick = e[7]
+            if tick is None:
+                # The first tick of the range whose snapshot sees the event's transaction.
+                tick = next(t for r in runs if (t := r.tick_of(e[0], e[6])) is not None)
+            yield Event(e[0], e[1], e[2], e[3], e[4], e[5], e[6], tick)
+
+    def make_tick(self, cur: Any, min_events: int = 0) -> Tick | None:
+        """Root: make the next tick with this transaction's snapshot. Must run in a transaction
+        that has written no event: its own events would commit after the snapshot that is
+        meant to cover them (PgQ's ticker has the same rule)."""
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))  # see transaction()
+        own = cur.execute(
+            "SELECT count(*) FROM baton_event WHERE ev_tick IS NULL "
+            "AND ev_txid = pg_current_xact_id_if_assigned()::text::bigint"
+        ).fetchone()[0]
+        if own:
+            raise CascadeError("make a tick in a transaction of its own: this one wrote events")
+        row = cur.execute(
+            f"SELECT {_TICK_COLS} FROM baton_tick ORDER BY tick_id DESC LIMIT 1"
+        ).fetchone()
+        last = None if row is None else _TickRow.of(row)
+        tick_id, low = (last.tick.tick_id, last.tick.ev_high) if last else (0, 0)
+        if min_events > 0:
+            cond, args = _after(last)
+            query = sql.SQL("SELECT count(*) FROM baton_event WHERE ev_tick IS NULL AND {}")
+            if cur.execute(query.format(cond), args).fetchone()[0] < min_events:
+                return None
+        # One statement: the snapshot and the highest id it sees are the same snapshot's.
+        high, snapshot, now = cur.execute(
+            "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time, tick_local) "
+            f"SELECT %s, greatest(coalesce(max(ev_id), 0), %s), pg_current_snapshot()::text, "
+            f"{_NOW}, true FROM baton_event RETURNING ev_high, snapshot, tick_time",
+            (tick_id + 1, low),
+        ).fetchone()
+        return Tick(tick_id + 1, high, now, snapshot)
+
+    def pending(self) -> tuple[int, float | None]:
+        cond, args = _after(self._last_row())
+        row = self._one(
+            sql.SQL(
+                "SELECT count(*), min(ev_time) FROM baton_event WHERE ev_tick IS NULL AND {}"
+            ).format(cond),
+            args,
+        )
+        return int(row[0]), row[1]
+
+    def insert_event(
+        self, cur: Any, type_: str, table: str | None, key: str | None, data: str | None
+    ) -> int:
+        row = cur.execute(
+            "INSERT INTO baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data) "
+            f"VALUES ({_TXID}, {_NOW}, %s, %s, %s, %s) RETURNING ev_id",
+            (type_, table, key, data),
+        ).fetchone()
+        return int(row[0])
+
+    def bump_event_ids(self, cur: Any, above: int) -> None:
+        # A sequence never hands out an id twice (trimming changes nothing); only raise it.
+        if above > 0:
+            cur.execute(
+                "SELECT setval('baton_event_id_seq', greatest(%s, last_value)) "
+                "FROM baton_event_id_seq",
+                (above,),
+            )
+
+    def copy_batch(self, cur: Any, events: Sequence[Event], ticks: Sequence[Tick]) -> None:
+        if events:
+            cur.execute(
+                "INSERT INTO baton_event (ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, "
+                "ev_data, ev_tick) SELECT * FROM unnest(%s::bigint[], %s::bigint[], "
+                "%s::float8[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[])",
+                [
+                    [e.ev_id for e in events],
+                    [e.txid for e in events],
+                    [e.time for e in events],
+                    [e.type for e in events],
+                    [e.table for e in events],
+                    [e.key for e in events],
+                    [e.data for e in events],
+                    [e.tick for e in events],
+                ],
+            )
+        if ticks:
+            cur.execute(
+                "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time) "
+                "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::float8[])",
+                [
+                    [t.tick_id for t in ticks],
+                    [t.ev_high for t in ticks],
+                    [t.snapshot for t in ticks],
+                    [t.time for t in ticks],
+                ],
+            )
+        # Should this node become the root, its own ids must go on above the ones it copied
+        # (and above the ticks' highs, which its first batch starts after).
+        self.bump_event_ids(
+            cur, max([e.ev_id for e in events] + [t.ev_high for t in ticks], default=0)
+        )
+
+    def events_after(self, tick_id: int) -> Iterator[Event]:
+        cond, args = _after(self._tick_row(tick_id))
+        where = sql.SQL("ev_tick > %s OR (ev_tick IS NULL AND {})").format(cond)
+        for e in self._stream(where, [tick_id, *args]):
+            yield Event(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+
+    def discard_after(self, cur: Any, tick_id: int) -> None:
+        """Delete the later ticks and the events :meth:`events_after` returns. Captured events
+        of transactions still open are not seen, so not deleted: stop capture first."""
+        cond, args = _after(self._tick_row(tick_id))
+        cur.execute("DELETE FROM baton_event WHERE ev_tick > %s", (tick_id,))
+        cur.execute(
+            sql.SQL("DELETE FROM baton_event WHERE ev_tick IS NULL AND {}").format(cond), args
+        )
+        cur.execute("DELETE FROM baton_tick WHERE tick_id > %s", (tick_id,))
+
+    def trim(self, cur: Any, below_tick: int) -> int:
+        if (
+            cur.execute("SELECT 1 FROM baton_tick WHERE tick_id = %s", (below_tick,)).fetchone()
+            is None
+        ):
+            return 0
+        row = cur.execute(
+            f"SELECT {_TICK_COLS} FROM baton_tick WHERE tick_id < %s ORDER BY tick_id DESC LIMIT 1",
+            (below_tick,),
+        ).fetchone()
+        # Captured events go with the batches up to the last tick below ``below_tick``.
+        cond, args = _covered(None if row is None else _TickRow.of(row))
+        n = cur.execute("DELETE FROM baton_event WHERE ev_tick < %s", (below_tick,)).rowcount
+        n += cur.execute(
+            sql.SQL("DELETE FROM baton_event WHERE ev_tick IS NULL AND {}").format(cond), args
+        ).rowcount
+        n += cur.execute("DELETE FROM baton_tick WHERE tick_id < %s", (below_tick,)).rowcount
+        return int(n)
+
+    # -- subscribers ------------------------------------------------------------------------
+
+    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None:
+        cur.execute(
+            "INSERT INTO baton_subscriber (name, watermark, updated) "
+            f"VALUES (%s, %s, {_NOW}) ON CONFLICT (name) DO UPDATE "
+            "SET watermark = excluded.watermark, updated = excluded.updated",
+            (subscriber, tick),
+        )
+
+    def drop_subscriber(self, cur: Any, subscriber: str) -> None:
+        cur.execute("DELETE FROM baton_subscriber WHERE name = %s", (subscriber,))
+
+    def watermarks(self) -> dict[str, int]:
+        rows = self._query("SELECT name, watermark FROM baton_subscriber ORDER BY name")
+        return {name: int(tick) for name, tick in rows}
+
+    # -- replicated tables ------------------------------------------------------------------
+
+    def _catalog(self, table: str) -> list[tuple[str, str, int | None]]:
+        """(column, type, position in the primary key or None) in table order."""
+        name = ident(table)  # to_regclass takes the quoted name: no case folding
+        rows = self._query(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), "
+            "array_position(i.indkey::int2[], a.attnum) "
+            "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+            "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indisprimary "
+            "WHERE c.oid = to_regclass(%s) AND c.relkind IN ('r', 'p') "
+            "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            (name,),
+        )
+        if not rows:
+            raise CascadeError(f"no table {table!r} in {self._shown}")
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def columns(self, table: str) -> tuple[list[str], list[str]]:
+        cat = self._catalog(table)
+        pk = sorted((pos, c) for c, _, pos in cat if pos is not None)
+        return [c for c, _, _ in cat], [c for _, c in pk]
+
+    def tables(self) -> dict[str, str]:
+        rows = self._query("SELECT name, state FROM baton_table ORDER BY name")
+        return {name: state for name, state in rows}
+
+    def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
+        if state is None:
+            cur.execute("DELETE FROM baton_table WHERE name = %s", (table,))
+        else:
+            cur.execute(
+                "INSERT INTO baton_table (name, state, tick) VALUES (%s, %s, %s) "
+                "ON CONFLICT (name) DO UPDATE SET state = excluded.state, tick = excluded.tick",
+                (table, state, tick),
+            )
+
+    def table_tick(self, table: str) -> int:
+        row = self._one("SELECT tick FROM baton_table WHERE name = %s", (table,))
+        return 0 if row is None else int(row[0])
+
+    def capture(self, cur: Any, table: str, on: bool) -> None:
+        _, pk = self.columns(table)
+        t = _name(table)
+        cur.execute(sql.SQL("DROP TRIGGER IF EXISTS baton_capture ON {}").format(t))
+        if not on:
+            return
+        cur.execute(
+            sql.SQL(
+                "CREATE TRIGGER baton_capture AFTER INSERT OR UPDATE OR DELETE ON {} "
+                "FOR EACH ROW EXECUTE FUNCTION {}.baton_capture({})"
+            ).format(t, sql.Identifier(self.schema), sql.SQL(", ").join(map(sql.Literal, pk)))
+        )
+
+    def _unnest(
+        self,
+        table: str,
+        columns: Sequence[str],
+        values: Sequence[Sequence[Any]],
+        alias: str,
+        numbered: bool = False,
+    ) -> tuple[sql.Composable, dict[str, sql.Composable], list[list[str | None]]]:
+        """``unnest(one text[] per column) AS alias(columns)`` (with a row number ``baton_n``
+        when ``numbered``), each column cast back to its type, and the arrays."""
+        types = {c: t for c, t, _ in self._catalog(table)}
+        for c in columns:
+            if c not in types:
+                raise CascadeError(f"table {table!r} has no column {c!r}")
+        a = sql.Identifier(alias)
+        cast: dict[str, sql.Composable] = {
+            c: sql.SQL("CAST({}.{} AS {})").format(a, _name(c), sql.SQL(types[c])) for c in columns
+        }
+        names = [_name(c) for c in columns] + ([sql.Identifier("baton_n")] if numbered else [])
+        source = sql.SQL("unnest({}) {}AS {}({})").format(
+            sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in columns),
+            sql.SQL("WITH ORDINALITY " if numbered else ""),
+            a,
+            sql.SQL(", ").join(names),
+        )
+        arrays = [[_text(v[i]) for v in values] for i in range(len(columns))]
+        return source, cast, arrays
+
+    def upsert(
+        self, cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        if not rows:
+            return
+        _, pk = self.columns(table)
+        if not pk or set(pk) - set(columns):
+            raise CascadeError(f"cannot upsert into {table!r}: its key {pk} is not in {columns}")
+        # ON CONFLICT may touch a row once per statement: the last row of a key wins, as it
+        # would row by row.
+        at = [list(columns).index(c) for c in pk]
+        last = {tuple(_text(r[i]) for i in at): r for r in rows}
+        source, cast, arrays = self._unnest(table, columns, list(last.values()), "baton_u")
+        updates = [sql.SQL("{0} = excluded.{0}").format(_name(c)) for c in columns if c not in pk]
+        conflict = (
+            sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(updates))
+            if updates
+            else sql.SQL("DO NOTHING")
+        )
+        cur.execute(
+            sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
+                _name(table),
+                sql.SQL(", ").join(_name(c) for c in columns),
+                sql.SQL(", ").join(cast[c] for c in columns),
+                source,
+                sql.SQL(", ").join(_name(c) for c in pk),
+                conflict,
+            ),
+            arrays,
+        )
+
+    def _key_match(
+        self, cast: dict[str, sql.Composable], key_columns: Sequence[str]
+    ) -> sql.Composable:
+        return sql.SQL(" AND ").join(
+            sql.SQL("baton_d.{} = {}").format(_name(c), cast[c]) for c in key_columns
+        )
+
+    def delete_keys(
+        self, cur: Any, table: str, key_columns: Sequence[str], keys: Sequence[Sequence[Any]]
+    ) -> None:
+        if not keys:
+            return
+        source, cast, arrays = self._unnest(table, key_columns, keys, "baton_k")
+        cur.execute(
+            sql.SQL("DELETE FROM {} AS baton_d USING {} WHERE {}").format(
+                _name(table), source, self._key_match(cast, key_columns)
+            ),
+            arrays,
+        )
+
+    def read_keys(
+        self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        if not keys:
+            return []
+        # Numbered keys give the rows in the order of the keys, as the SQLite backend does.
+        source, cast, arrays = self._unnest(table, key_columns, keys, "baton_k", numbered=True)
+        rows = self._query(
+            sql.SQL(
+                "SELECT baton_d.* FROM {} JOIN {} AS baton_d ON {} ORDER BY baton_k.baton_n"
+            ).format(source, _name(table), self._key_match(cast, key_columns)),
+            arrays,
+        )
+        return [tuple(r) for r in rows]
+
+    def read_rows(self, table: str) -> list[tuple[Any, ...]]:
+        cols, pk = self.columns(table)
+        order = sql.SQL(", ").join(_name(c) for c in pk or cols)
+        rows = self._query(sql.SQL("SELECT * FROM {} ORDER BY {}").format(_name(table), order))
+        return [tuple(r) for r in rows]

@@ -1,0 +1,198 @@
+"""``LocalSet``: a cascade of SQLite node databases in one directory, with the root's ticker in
+a thread and Spark workers in this process, for tests and the demo.
+
+::
+
+    with LocalSet(tmp, spark) as s:
+        s.root("s1"); s.branch("s2", "s1"); s.leaf("s3", "s2")
+        s.add_table("accounts")
+        s.start_workers()
+        run_workload(s.path("s1"), 100)
+        s.wait_synced()
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from baton.cascade import ops
+from baton.cascade.manage import Cascade
+from baton.cascade.model import Role
+from baton.cascade.nodedb import open_node_db
+from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
+from baton.cascade.worker import Worker
+from baton.testing.waiting import wait_for
+from baton.testing.workload import create_accounts
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Fast ticks for tests: a batch closes 50 ms after its first event.
+TEST_TICKER = TickerConfig(period=0.02, max_count=5000, max_lag=0.05, idle=0.5)
+
+
+class Ticker(threading.Thread):
+    """Runs the root's ticker and watermark publisher until stopped; follows the root if it
+    moves (switchover, failover)."""
+
+    def __init__(self, cascade: LocalSet, cfg: TickerConfig = TEST_TICKER) -> None:
+        super().__init__(daemon=True, name="baton-ticker")
+        self.cascade = cascade
+        self.cfg = cfg
+        self.halt = threading.Event()
+        self.ticks = 0
+
+    def run(self) -> None:
+        while not self.halt.wait(self.cfg.period):
+            root = self.cascade.current_root()
+            if root is None:
+                continue
+            try:
+                with open_node_db(self.cascade.location(root)) as db:
+                    if tick_once(db, self.cfg, time.time()) is not None:
+                        self.ticks += 1
+                    publish_watermark(db)
+            except Exception:  # a root being switched or killed: try again next period
+                continue
+
+
+class LocalSet:
+    """SQLite node databases ``<dir>/<name>.db``, each with an ``accounts`` table."""
+
+    def __init__(self, directory: Path, spark: SparkSession, set_name: str = "S") -> None:
+        self.dir = Path(directory)
+        self.spark = spark
+        self.set_name = set_name
+        self.roles: dict[str, Role] = {}
+        self.dead: set[str] = set()
+        self.workers: dict[str, Worker] = {}
+        self.epochs: dict[str, int] = {}
+        self.ticker = Ticker(self)
+
+    def path(self, name: str) -> Path:
+        return self.dir / f"{name}.db"
+
+    def location(self, name: str) -> str:
+        return f"sqlite://{self.path(name)}"
+
+    def _create(self, name: str) -> None:
+        self.path(name).parent.mkdir(parents=True, exist_ok=True)
+        create_accounts(self.path(name))
+
+    def root(self, name: str) -> None:
+        self._create(name)
+        ops.create_root(name, self.location(name), self.set_name)
+        self.roles[name] = Role.ROOT
+        if not self.ticker.is_alive():
+            self.ticker.start()
+
+    def branch(self, name: str, provider: str) -> None:
+        self._subscriber(Role.BRANCH, name, provider)
+
+    def leaf(self, name: str, provider: str) -> None:
+        self._subscriber(Role.LEAF, name, provider)
+
+    def _subscriber(self, role: Role, name: str, provider: str) -> None:
+        self._create(name)
+        ops.create_subscriber(role, name, self.location(name), provider, self.location(provider))
+        self.roles[name] = role
+
+    def add_table(self, table: str) -> None:
+        """Add ``table`` everywhere, root first, then each node after its provider."""
+        done: set[str] = set()
+        while len(done) < len(self.roles):
+            for name in self.roles:
+                if name in done:
+                    continue
+                with open_node_db(self.location(name)) as db:
+                    st = db.state()
+                if st.provider is None or st.provider in done:
+                    ops.add_table(self.location(name), table)
+                    done.add(name)
+
+    def cascade(self, via: str | None = None) -> Cascade:
+        live = via or next(n for n in self.roles if n not in self.dead)
+        return Cascade(self.location(live))
+
+    def current_root(self) -> str | None:
+        for name in self.roles:
+            if name in self.dead:
+                continue
+            try:
+                with open_node_db(self.location(name)) as db:
+                    if db.state().role is Role.ROOT:
+                        return name
+            except Exception:
+                continue
+        return None
+
+    def state(self, name: str) -> Any:
+        with open_node_db(self.location(name)) as db:
+            return db.state()
+
+    def start_worker(self, name: str, epoch: int | None = None) -> Worker:
+        self.epochs[name] = epoch if epoch is not None else self.epochs.get(name, 0) + 1
+        worker = Worker(self.spark, self.location(name), self.epochs[name])
+        worker.start()
+        self.workers[name] = worker
+        return worker
+
+    def start_workers(self) -> None:
+        for name in self.roles:
+            if self.state(name).role is not Role.ROOT and name not in self.dead:
+                self.start_worker(name)
+
+    def stop_worker(self, name: str) -> None:
+        worker = self.workers.pop(name, None)
+        if worker is not None:
+            worker.stop()
+
+    def check_workers(self) -> None:
+        for worker in list(self.workers.values()):
+            worker.check()
+
+    def rows(self, name: str, table: str = "accounts") -> list[tuple[Any, ...]]:
+        with open_node_db(self.location(name)) as db:
+            return db.read_rows(table)
+
+    def wait_synced(
+        self, names: list[str] | None = None, timeout: float = 120.0, upto: int | None = None
+    ) -> int:
+        """Wait until the root ticked every event and ``names`` (default: every live
+        subscriber) applied up to that tick (or up to tick ``upto``); the tick."""
+        root = self.current_root()
+        if upto is None:
+            assert root is not None, "no root"
+            with open_node_db(self.location(root)) as db:
+                wait_for(lambda: db.pending()[0] == 0, timeout=timeout, what="the root to tick")
+                last_tick = db.last_tick()
+            assert last_tick is not None
+            upto = last_tick.tick_id
+        goal = upto
+        targets = [n for n in names or self.roles if n not in self.dead and n != root]
+
+        def synced() -> bool:
+            self.check_workers()
+            return all(self.state(n).position >= goal for n in targets)
+
+        wait_for(synced, timeout=timeout, what=f"{targets} to apply tick {goal}")
+        return goal
+
+    def close(self) -> None:
+        for name in list(self.workers):
+            self.stop_worker(name)
+        self.ticker.halt.set()
+        if self.ticker.is_alive():
+            self.ticker.join()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,193 @@
+"""Cascade operations with real Spark workers on SQLite node databases: seed 004's two cases,
+switchover, failover and resurrect, pause/resume, fencing, and bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from baton.cascade import manage, ops
+from baton.cascade.apply import apply_batch
+from baton.cascade.model import Role
+from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
+from baton.testing.cascade import LocalSet
+from baton.testing.workload import run_workload
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture
+def seed_set(spark: SparkSession, tmp_path: Path) -> Iterator[LocalSet]:
+    """Seed 004's simple case: S1 root -> S2 branch, S1 -> S3 branch -> S4 leaf."""
+    with LocalSet(tmp_path, spark) as s:
+        s.root("s1")
+        s.branch("s2", "s1")
+        s.branch("s3", "s1")
+        s.leaf("s4", "s3")
+        s.add_table("accounts")
+        s.start_workers()
+        yield s
+
+
+def equal_everywhere(s: LocalSet, names: list[str]) -> list[tuple[object, ...]]:
+    expected = s.rows(names[0])
+    for n in names[1:]:
+        assert s.rows(n) == expected, n
+    return expected
+
+
+def queue_ids(s: LocalSet, name: str, upto: int) -> list[int]:
+    with open_node_db(s.location(name)) as db:
+        return [e.ev_id for e in db.batch_events(s.state(name).global_watermark, upto)]
+
+
+def test_loss_of_s3_leaf_moves_to_s1_or_s2(seed_set: LocalSet) -> None:
+    s = seed_set
+    run_workload(s.path("s1"), 50, seed=1)
+    s.wait_synced()
+    c = s.cascade()
+    # S3 is lost: S4 can receive from S1 or S2 (not from itself, a leaf, or the dead S3).
+    s.stop_worker("s3")
+    manage.tag(c, "s3", True)
+    s.dead.add("s3")
+    assert manage.candidates(c, "s4") == ["s1", "s2"]
+    manage.change_provider(c, "s4", "s2")
+    run_workload(s.path("s1"), 50, seed=2)
+    s.wait_synced(["s2", "s4"])
+    equal_everywhere(s, ["s1", "s2", "s4"])
+    manage.change_provider(c, "s4", "s1")
+    run_workload(s.path("s1"), 30, seed=3)
+    s.wait_synced(["s2", "s4"])
+    equal_everywhere(s, ["s1", "s2", "s4"])
+
+
+def test_loss_of_s1_s3_from_s2_then_failover(seed_set: LocalSet, tmp_path: Path) -> None:
+    s = seed_set
+    run_workload(s.path("s1"), 60, seed=4)
+    top = s.wait_synced()
+    c = s.cascade()
+    # S1 dies (its ticker stops) once its branches have everything it ticked. S3 can then be
+    # directed to receive from S2 (the set is in sync: same ticks, same batches).
+    s.dead.add("s1")
+    with open_node_db(s.location("s1")) as root:
+        last = root.last_tick()
+    assert last is not None
+    s.wait_synced(["s2", "s3"], upto=last.tick_id)
+    manage.change_provider(c, "s3", "s2")
+    assert s.state("s3").provider == "s2"
+    new_root, fork, notes = manage.failover(c, "s1")
+    assert new_root in ("s2", "s3") and fork >= top and notes == []
+    assert s.state(new_root).role is Role.ROOT
+    # Writes now go to the new root; everyone follows it.
+    run_workload(s.path(new_root), 40, seed=5)
+    s.wait_synced(["s2", "s3", "s4"])
+    equal_everywhere(s, ["s2", "s3", "s4"])
+
+    # The old root returns with changes that never reached the set: resurrect saves them to a
+    # file and makes it a branch of the new root, equal to the set again.
+    run_workload(s.path("s1"), 5, seed=6)  # written to the old root while it was "dead"
+    saved = tmp_path / "lost.jsonl"
+    n = manage.resurrect(c, "s1", saved)
+    assert n > 0 and len(saved.read_text().splitlines()) == n
+    assert all(json.loads(line)["table"] == "accounts" for line in saved.read_text().splitlines())
+    s.dead.discard("s1")
+    assert s.state("s1").role is Role.BRANCH and s.state("s1").provider == new_root
+    s.start_worker("s1")
+    run_workload(s.path(new_root), 20, seed=7)
+    s.wait_synced(["s1", "s2", "s3", "s4"])
+    equal_everywhere(s, ["s1", "s2", "s3", "s4"])
+
+
+def test_switchover_loses_nothing(seed_set: LocalSet) -> None:
+    s = seed_set
+    run_workload(s.path("s1"), 60, seed=8)
+    c = s.cascade()
+
+    def wait(cond: object, timeout: float) -> None:
+        from baton.testing.waiting import wait_for
+
+        def checked() -> bool:
+            s.check_workers()
+            return bool(cond())  # type: ignore[operator]
+
+        wait_for(checked, timeout=timeout)
+
+    switch = manage.switchover(c, "s2", wait, 60)
+    assert s.state("s2").role is Role.ROOT and s.state("s1").provider == "s2"
+    s.start_worker("s1")
+    run_workload(s.path("s2"), 60, seed=9)
+    last = s.wait_synced(["s1", "s3", "s4"])
+    assert last > switch
+    rows = equal_everywhere(s, ["s2", "s1", "s3", "s4"])
+    assert len(rows) > 100
+    # No event twice in a queue copy: event ids in s3's queue are unique and increasing.
+    ids = queue_ids(s, "s3", last)
+    assert ids == sorted(set(ids))
+
+
+def test_pause_resume_and_cycles(seed_set: LocalSet) -> None:
+    s = seed_set
+    c = s.cascade()
+    manage.set_paused(c, "s4", True)
+    run_workload(s.path("s1"), 20, seed=10)
+    s.wait_synced(["s2", "s3"])
+    before = s.state("s4").position
+    s.check_workers()
+    assert s.state("s4").position == before  # paused: applies nothing
+    manage.set_paused(c, "s4", False)
+    s.wait_synced(["s4"])
+    equal_everywhere(s, ["s1", "s3", "s4"])
+    # Bad provider changes are refused and change nothing.
+    with pytest.raises(CascadeError, match="is a leaf"):
+        manage.change_provider(c, "s3", "s4")
+    manage.change_provider(c, "s2", "s3")
+    with pytest.raises(CascadeError, match="cycle"):
+        manage.change_provider(c, "s3", "s2")
+    with pytest.raises(CascadeError, match="unknown node"):
+        manage.change_provider(c, "s3", "nope")
+    with pytest.raises(CascadeError, match="own provider"):
+        manage.change_provider(c, "s3", "s3")
+    assert s.state("s3").provider == "s1" and s.state("s2").provider == "s3"
+
+
+def test_stale_worker_is_fenced(seed_set: LocalSet) -> None:
+    s = seed_set
+    run_workload(s.path("s1"), 10, seed=11)
+    s.wait_synced(["s2"])
+    s.stop_worker("s2")
+    s.start_worker("s2", epoch=10)
+    run_workload(s.path("s1"), 10, seed=12)
+    s.wait_synced(["s2"])
+    position = s.state("s2").position
+    # An older worker (epoch 3) cannot apply, and changes nothing.
+    with open_node_db(s.location("s1")) as root:
+        ticks = root.ticks(position, position + 1)
+    assert ticks
+    with open_node_db(s.location("s2")) as db, pytest.raises(FencedOut, match="stale"):
+        apply_batch(db, ticks, [], [], epoch=3)
+    assert s.state("s2").position == position
+
+
+def test_bad_input(tmp_path: Path, spark: SparkSession) -> None:
+    with LocalSet(tmp_path, spark) as s:
+        s.root("r")
+        with open_node_db(s.location("r")) as db, db.transaction() as cur:
+            cur.execute("CREATE TABLE nokey (a INTEGER, b TEXT)")
+        with pytest.raises(CascadeError, match="no primary key"):
+            ops.add_table(s.location("r"), "nokey")
+        with pytest.raises(CascadeError, match="no table"):
+            ops.add_table(s.location("r"), "missing")
+        with pytest.raises(CascadeError, match="bad node location"):
+            ops.create_root("x", "mysql://h/db", "S")
+        with pytest.raises(CascadeError, match="does not exist"):
+            ops.create_root("x", "sqlite:///no/such/dir/x.db", "S")
+        with pytest.raises(CascadeError, match="unknown node"):
+            ops.create_subscriber(Role.BRANCH, "b", s.location("b"), "zz", s.location("r"))
+        with pytest.raises(CascadeError, match="bad node name"):
+            ops.create_root("bad name", s.location("q"), "S")
+        assert s.state("r").role is Role.ROOT
