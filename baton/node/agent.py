@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -83,7 +84,10 @@ class NodeAgent:
             types=self.types,
             fetch=self._fetch,
             may_lead=lambda: self.membership.is_leader,
+            spark=self.spark,
         )
+        self._spark: Any = None
+        self._spark_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
         self.membership.on_event(self._on_membership)
         self.placement = PlacementController(self)
@@ -109,6 +113,20 @@ class NodeAgent:
             self.started_at,
             sorted(self.types),
         )
+
+    def spark(self) -> Any:
+        """This node's SparkSession (one JVM per agent), built on first use from ``[spark]``;
+        blocking, so workloads call it from a thread."""
+        with self._spark_lock:
+            if self._spark is None:
+                from baton.spark.session import build_session
+
+                sc = self.config.spark
+                work = self.config.data_dir / "spark"
+                self._spark = build_session(
+                    master=sc.master, remote=sc.remote, conf=sc.conf, work_dir=work, quiet=True
+                )
+            return self._spark
 
     def _on_membership(self, event: ElectionEvent) -> None:
         if isinstance(event, LeadershipLost):

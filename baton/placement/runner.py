@@ -49,6 +49,7 @@ class Runner:
         types: dict[str, type[Workload]],
         fetch: Fetch,
         may_lead: Callable[[], bool],
+        spark: Callable[[], Any] | None = None,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -57,6 +58,7 @@ class Runner:
         self.fetch = fetch
         #: Whether this node holds its membership lease (no leader role starts without it).
         self.may_lead = may_lead
+        self.spark = spark
         self.members: dict[str, Member] = {}
         self._background: set[asyncio.Future[None]] = set()
 
@@ -93,7 +95,9 @@ class Runner:
         obj = parse_object(obj_rec.value)
         path = self.data_dir / "groups" / group.object / str(group.partition)
         path.mkdir(parents=True, exist_ok=True)
-        ctx = WorkloadContext(obj, group.partition, group.key, self.node_id, path, self.fetch)
+        ctx = WorkloadContext(
+            obj, group.partition, group.key, self.node_id, path, self.fetch, self.spark
+        )
         member = Member(cls(ctx))
         self.members[group.key] = member
         return member

@@ -51,6 +51,9 @@ class WorkloadContext:
     data_dir: Path
     #: Ask the group's leader (through its node's API, with the cluster token).
     fetch: Fetch
+    #: The node's SparkSession, built on first use from its ``[spark]`` config (blocking: call
+    #: it from a thread). None where the node offers no Spark.
+    spark: Callable[[], Any] | None = None
 
 
 class Workload(abc.ABC):
@@ -205,7 +208,10 @@ class Counter(Workload):
         await self._stop_task()
 
 
-BUILTIN: dict[str, type[Workload]] = {Counter.type_name: Counter}
+def _builtin() -> dict[str, type[Workload]]:
+    from baton.cascade.workload import CascadeWorker  # imports no Spark until a member starts
+
+    return {Counter.type_name: Counter, CascadeWorker.type_name: CascadeWorker}
 
 
 def _load_class(name: str, target: str) -> type[Workload]:
@@ -223,7 +229,7 @@ def _load_class(name: str, target: str) -> type[Workload]:
 
 def load_types(configured: Mapping[str, str] | None = None) -> dict[str, type[Workload]]:
     """Every workload type this node can run, by type name."""
-    types = dict(BUILTIN)
+    types = _builtin()
     for ep in metadata.entry_points(group=ENTRY_POINTS):
         types[ep.name] = _load_class(ep.name, ep.value)
     for name, target in (configured or {}).items():

@@ -1,0 +1,128 @@
+"""The ``cascade-worker`` workload type: a cascade node's service as a placed object.
+
+``baton object create cascade-worker s2 --replicas 2 --spec '{"location": "sqlite:///d/s2.db"}'``
+makes the controller run node s2's service (its Spark worker, or its ticker at the root) on
+exactly one agent, with a standby on another; when that agent dies the controller moves the
+leadership and the standby starts the service. The group's term is the worker epoch, so the
+node database refuses anything the old leader may still try to apply.
+
+The commit index is the node's applied position (in its database, the same for every member);
+a follower's stream is live while the leader answers its fetches for the current term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+from baton.cascade.nodedb import CascadeError, open_node_db
+from baton.cascade.service import NodeService
+from baton.errors import BatonError
+from baton.placement.workload import NotLeader, Workload, WorkloadContext
+
+log = logging.getLogger("baton.cascade")
+
+#: The service steps this often (ticker period, worker check interval).
+INTERVAL = 0.05
+#: A follower polls the leader this often; its stream is live for LIVE_WINDOW after a success.
+FOLLOW_INTERVAL = 0.5
+LIVE_WINDOW = 2.0
+
+
+class CascadeWorker(Workload):
+    type_name = "cascade-worker"
+
+    def __init__(self, ctx: WorkloadContext) -> None:
+        super().__init__(ctx)
+        location = ctx.obj.spec.get("location")
+        if not isinstance(location, str):
+            raise CascadeError(
+                f"object {ctx.obj.name}: spec.location (the node database) is required"
+            )
+        self.location = location
+        self.term: int | None = None
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._follow: asyncio.Task[None] | None = None
+        self._last_copy = 0.0
+        self.error = ""
+
+    # -- leader ------------------------------------------------------------------------------
+
+    def _run(self, term: int) -> None:
+        service = NodeService(self.location, term, self.ctx.spark)
+        try:
+            while not self._halt.wait(INTERVAL):
+                try:
+                    service.step()
+                    self.error = ""
+                except CascadeError as exc:
+                    self.error = str(exc)
+                    if "is stale" in self.error:
+                        return  # a newer epoch applied: this leadership is over
+                    log.warning("cascade service step failed", extra={"error": self.error[:300]})
+                    self._halt.wait(1.0)
+        finally:
+            service.stop()
+
+    async def start_leader(self, term: int) -> None:
+        await self.stop_follower()
+        await self.stop_leader()
+        self.term = term
+        self._halt.clear()
+        self._thread = threading.Thread(
+            target=self._run, args=(term,), daemon=True, name=f"cascade-{self.ctx.group}"
+        )
+        self._thread.start()
+
+    async def stop_leader(self) -> None:
+        self._halt.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await asyncio.to_thread(thread.join)
+        self.term = None
+
+    # -- follower ----------------------------------------------------------------------------
+
+    async def start_follower(self, leader: str, term: int) -> None:
+        await self.stop_leader()
+        await self.stop_follower()
+        self._follow = asyncio.create_task(self._watch(leader, term))
+
+    async def _watch(self, leader: str, term: int) -> None:
+        while True:
+            with contextlib.suppress(BatonError, OSError, ValueError):
+                answer = await self.ctx.fetch(leader, self.ctx.group, {"term": term})
+                if answer.get("term") == term:
+                    self._last_copy = time.monotonic()
+            await asyncio.sleep(FOLLOW_INTERVAL)
+
+    async def stop_follower(self) -> None:
+        task, self._follow = self._follow, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def stream_live(self) -> bool:
+        return self._follow is not None and time.monotonic() - self._last_copy < LIVE_WINDOW
+
+    async def serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.term is None or request.get("term") != self.term:
+            raise NotLeader(f"not the leader of {self.ctx.group} at term {request.get('term')}")
+        return {"term": self.term, "error": self.error}
+
+    def commit_index(self) -> int:
+        try:
+            with open_node_db(self.location) as db:
+                return db.state().position
+        except CascadeError:
+            return 0
+
+    async def close(self) -> None:
+        await self.stop_follower()
+        await self.stop_leader()

@@ -1,0 +1,37 @@
+"""``baton cascade run LOCATION``: serve one cascade node (its ticker at the root, its Spark
+worker elsewhere) under a fenced lease in the coordination store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from baton.cli.common import need_store, run_async, store_option
+
+
+@click.command("run")
+@click.argument("location")
+@store_option
+@click.option("--ttl", type=float, default=10.0, show_default=True, help="Lease ttl in seconds.")
+@click.option(
+    "--spark-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run Spark quietly with its scratch files here (tests, demos).",
+)
+def run(location: str, store_url: str | None, ttl: float, spark_dir: Path | None) -> None:
+    """Serve the cascade node at LOCATION until SIGTERM or Ctrl-C.
+
+    One process per node holds the lease cascade/SET/NODE; its epoch fences every batch the
+    worker applies, so a stale worker can never apply after its successor."""
+    from baton.cascade.nodedb import open_node_db
+    from baton.cascade.run import run_node
+
+    url = need_store(store_url)
+    with open_node_db(location) as db:
+        db.state()  # a location that is not a node is refused before anything starts
+    from baton import logs
+
+    logs.setup(20)
+    sys.exit(run_async(lambda: run_node(location, url, ttl, spark_dir)))
