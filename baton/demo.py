@@ -15,7 +15,10 @@ fenced log with its epoch. The demo then
 5. restarts it, creates 12 replicated objects (the built-in ``counter`` workload), shows them
    spread over the nodes, SIGKILLs a node, and shows its members moved (no more than it held)
    and the groups it led transferred to the member with the highest commit index; then stops
-   every node cleanly.
+   every node cleanly;
+6. replicates a generated workload root -> branch -> leaf with Spark workers, kills the root
+   mid-stream, fails over to the branch, checks the leaf equals the surviving data, and
+   resurrects the old root (saving the events that never left it).
 
 It prints what happened and how long each step took, and exits 0 only when every check held.
 """
@@ -31,6 +34,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from baton.demo_cascade import cascade_part
 from baton.demo_placement import placement_part
 from baton.testing.cluster import LocalCluster
 from baton.testing.fenced import Entry, FencedLog
@@ -199,6 +203,11 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
         )
         ok &= good
         ok &= _cluster_part(console, tmp / "cluster", ttl, steps)
+
+        def step(what: str, seconds: float, detail: str, good: bool) -> None:
+            steps.append(Step(what, seconds, detail, good))
+
+        ok &= cascade_part(console, tmp / "cascade", step)
     except (WaitTimeout, AssertionError) as exc:
         steps.append(Step("demo step", 0.0, f"did not happen: {exc}", False))
         ok = False

@@ -434,20 +434,58 @@ def resurrect(c: Cascade, old_root: str, out: Path) -> int:
             if e.table is not None and e.key is not None and e.table in db.tables():
                 touched.setdefault(e.table, set()).add(e.key)
         with open_node_db(c.location(new_root)) as ndb:
-            fresh = {t: _current_rows(ndb, t, keys) for t, keys in touched.items()}
-        with db.transaction() as cur:
-            db.discard_after(cur, fork)
-            db.set_local(cur, "switch_tick", None)
-            # Undo what the lost events did: those keys get the set's current rows (the
-            # catch-up from the fork then replays the set's own changes to them in order).
-            for table, (cols, pk, keys, rows) in fresh.items():
-                db.delete_keys(cur, table, pk, keys)
-                db.upsert(cur, table, cols, rows)
-        _demote(db, new_root, fork)
+            # Hold the set's queue at the fork first, so it cannot be trimmed while we work.
+            base = ndb.get_tick(fork) or ndb.last_tick()
+            with ndb.transaction() as cur:
+                ndb.set_watermark(cur, old_root, base.tick_id if base else fork)
+            if ndb.get_tick(fork) is None:
+                # The set trimmed its queue past the fork meanwhile: rejoin with a full copy
+                # of the tables instead of a catch-up.
+                _rejoin_by_copy(db, ndb, new_root)
+                resumed = True
+            else:
+                fresh = {t: _current_rows(ndb, t, keys) for t, keys in touched.items()}
+                resumed = False
+        if not resumed:
+            with db.transaction() as cur:
+                db.discard_after(cur, fork)
+                db.set_local(cur, "switch_tick", None)
+                # Undo what the lost events did: those keys get the set's current rows (the
+                # catch-up from the fork then replays the set's own changes to them in order).
+                for table, (cols, pk, keys, rows) in fresh.items():
+                    db.delete_keys(cur, table, pk, keys)
+                    db.upsert(cur, table, cols, rows)
+            _demote(db, new_root, fork)
     tag(c, old_root, False)
+    with open_node_db(location) as db:
+        position = db.state().position
     with open_node_db(c.location(new_root)) as ndb, ndb.transaction() as cur:
-        ndb.set_watermark(cur, old_root, fork)
+        ndb.set_watermark(cur, old_root, position)
     return len(lost)
+
+
+def _rejoin_by_copy(db: NodeDB, root: NodeDB, root_name: str) -> None:
+    """Make ``db`` a branch of ``root`` from ``root``'s latest tick T: every replicated table
+    copied (rows read after T was noted, so they are at T or later; the catch-up from T replays
+    later changes over them, full row images), the queue restarted at T."""
+    base = root.last_tick()
+    assert base is not None
+    copies = {}
+    for table in db.tables():
+        cols, _ = root.columns(table)
+        copies[table] = (cols, root.read_rows(table))
+    with db.transaction() as cur:
+        db.discard_after(cur, 0)
+        db.copy_batch(cur, [], [base])
+        db.set_local(cur, "switch_tick", None)
+        for table, (cols, rows) in copies.items():
+            _, pk = db.columns(table)
+            old = db.read_rows(table)
+            mine, _ = db.columns(table)
+            db.delete_keys(cur, table, pk, [[r[mine.index(k)] for k in pk] for r in old])
+            db.upsert(cur, table, cols, rows)
+            db.set_table(cur, table, "ok", base.tick_id)
+    _demote(db, root_name, base.tick_id)
 
 
 def _current_rows(
