@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from baton.cascade.model import Role
+from baton.cascade.model import WATERMARK, Role
 from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
 from baton.cascade.ticker import TickerConfig
 
@@ -338,6 +338,15 @@ def switchover(
             return db.state().position >= switch
 
     wait(applied, timeout)
+    with c.db(root) as rdb:
+        stray = list(rdb.events_after(switch))
+        if any(e.type != WATERMARK for e in stray):
+            raise CascadeError(
+                f"{root} has {len(stray)} events after the switch tick {switch}: capture did "
+                "not stop; nothing was switched"
+            )
+        with rdb.transaction() as cur:
+            rdb.discard_after(cur, switch)  # only our own watermark events, never data
     with c.db(new_root) as ndb:
         if ndb.state().role is not Role.ROOT:
             _promote(ndb)

@@ -58,6 +58,8 @@ def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
 def publish_watermark(db: NodeDB) -> int | None:
     """Root: if the lowest subscriber watermark rose, emit it and trim; the new value."""
     st = db.state()
+    if db.get_local("switch_tick") is not None:
+        return None  # handing the root role over: no new event may follow the last tick
     marks = db.watermarks()
     last = db.last_tick()
     if last is None:

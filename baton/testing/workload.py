@@ -1,4 +1,5 @@
-"""A generated row-change workload on an ``accounts`` table, for cascade tests and the demo."""
+"""A generated row-change workload on an ``accounts`` table (SQLite or PostgreSQL), for cascade
+tests, the demo and the benchmarks."""
 
 from __future__ import annotations
 
@@ -6,50 +7,67 @@ import random
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 ACCOUNTS = """CREATE TABLE IF NOT EXISTS accounts (
-    id INTEGER PRIMARY KEY, balance INTEGER NOT NULL, name TEXT, updated_at REAL
+    id BIGINT PRIMARY KEY, balance BIGINT NOT NULL, name TEXT, updated_at DOUBLE PRECISION
 )"""
 
 
-def create_accounts(path: Path) -> None:
-    with sqlite3.connect(path) as conn:
+def _connect(target: Path | str) -> tuple[Any, str]:
+    """(connection in autocommit mode, parameter mark) for a SQLite path or a PostgreSQL URL."""
+    if isinstance(target, str) and target.startswith(("postgresql:", "postgres:")):
+        import psycopg
+
+        return psycopg.connect(target, autocommit=True), "%s"
+    path = str(target).removeprefix("sqlite://")
+    return sqlite3.connect(path, isolation_level=None, timeout=30), "?"
+
+
+def create_accounts(target: Path | str) -> None:
+    """Create the ``accounts`` table (a SQLite path or file location, or a PostgreSQL URL)."""
+    conn, _ = _connect(target)
+    try:
         conn.execute(ACCOUNTS)
+    finally:
+        conn.close()
 
 
-def run_workload(path: Path, transactions: int, seed: int = 1, max_rows: int = 20) -> int:
+def run_workload(target: Path | str, transactions: int, seed: int = 1, max_rows: int = 20) -> int:
     """Random inserts (70%), updates (20%) and deletes (10%) in transactions of 1..max_rows
     changes, including rows inserted and deleted in one transaction; the number of changes."""
     rng = random.Random(seed)
-    conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    conn, p = _connect(target)
     changes = 0
+    begin = "BEGIN IMMEDIATE" if p == "?" else "BEGIN"
     try:
-        live: list[int] = [r[0] for r in conn.execute("SELECT id FROM accounts")]
+        live: list[int] = [r[0] for r in conn.execute("SELECT id FROM accounts").fetchall()]
         next_id = max(live, default=0) + 1
         for _ in range(transactions):
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(begin)
             for _ in range(rng.randint(1, max_rows)):
                 roll = rng.random()
                 if roll < 0.7 or not live:
                     conn.execute(
-                        "INSERT INTO accounts (id, balance, name, updated_at) VALUES (?, ?, ?, ?)",
+                        f"INSERT INTO accounts (id, balance, name, updated_at) "
+                        f"VALUES ({p}, {p}, {p}, {p})",
                         (next_id, rng.randint(0, 10**6), f"n{next_id}", time.time()),
                     )
                     live.append(next_id)
                     if rng.random() < 0.05:  # inserted and deleted in the same transaction
-                        conn.execute("DELETE FROM accounts WHERE id = ?", (next_id,))
+                        conn.execute(f"DELETE FROM accounts WHERE id = {p}", (next_id,))
                         live.pop()
                         changes += 1
                     next_id += 1
                 elif roll < 0.9:
                     key = rng.choice(live)
                     conn.execute(
-                        "UPDATE accounts SET balance = ?, updated_at = ? WHERE id = ?",
+                        f"UPDATE accounts SET balance = {p}, updated_at = {p} WHERE id = {p}",
                         (rng.randint(0, 10**6), time.time(), key),
                     )
                 else:
                     key = live.pop(rng.randrange(len(live)))
-                    conn.execute("DELETE FROM accounts WHERE id = ?", (key,))
+                    conn.execute(f"DELETE FROM accounts WHERE id = {p}", (key,))
                 changes += 1
             conn.execute("COMMIT")
     finally:
