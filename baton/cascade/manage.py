@@ -29,8 +29,8 @@ class Cascade:
     def __init__(self, via: str) -> None:
         self.via = via
         with open_node_db(via) as db:
+            self.set_name = db.state().set_name  # refuses a database that is not a node
             self.nodes = db.nodes()
-            self.set_name = db.state().set_name
 
     def location(self, name: str) -> str:
         if name not in self.nodes:
@@ -167,6 +167,18 @@ def _subscribers_of(c: Cascade, node: str) -> list[str]:
     return out
 
 
+def _prune_subscribers(c: Cascade, node: str) -> None:
+    """Drop ``node``'s watermark entries for nodes that no longer receive from it (an old root
+    keeps its former subscribers' entries, which would pin the watermark for ever)."""
+    current = set(_subscribers_of(c, node))
+    with c.db(node) as db:
+        stale = [name for name in db.watermarks() if name not in current]
+        if stale:
+            with db.transaction() as cur:
+                for name in stale:
+                    db.drop_subscriber(cur, name)
+
+
 def _release_dead(c: Cascade, node: str) -> None:
     """Drop a dead node's watermark registration once no live node receives from it. Until
     then its last report keeps holding the queue back for the nodes below it (they still need
@@ -195,6 +207,8 @@ def tag(c: Cascade, node: str, dead: bool) -> list[str]:
         with db.transaction() as cur:
             db.put_node(cur, node, location, dead)
 
+    if not dead:
+        c.nodes[node] = (location, False)  # so the node's own list is updated too
     missed = c._for_each_live(mark)
     c.nodes[node] = (location, dead)
     if dead:
@@ -366,7 +380,14 @@ def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
     """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live queue-carrying node with
     the highest tick, and redirect every node that received from the dead root to the new root.
     Returns (new root, fork tick, notes about nodes that need attention)."""
-    tag(c, dead_root, True)
+    c.location(dead_root)  # an unknown name is refused before anything changes
+    try:
+        with c.db(dead_root) as ddb:
+            if ddb.state().role is not Role.ROOT:
+                raise CascadeError(f"{dead_root} is not the root: failover replaces a root")
+    except CascadeError as exc:
+        if "is not the root" in str(exc):
+            raise
     best: tuple[int, str] | None = None
     notes: list[str] = []
     for name, (loc, dead) in sorted(c.nodes.items()):
@@ -384,6 +405,7 @@ def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
             best = (last.tick_id, name)
     if best is None:
         raise CascadeError("no live branch carries the queue: nothing can become the root")
+    tag(c, dead_root, True)
     fork, new_root = best
     with c.db(new_root) as db:
         _promote(db)
@@ -405,6 +427,8 @@ def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
                     db.discard_after(cur, fork)
                 db.set_local(cur, "position", str(fork))
                 db.set_local(cur, "provider", new_root)
+            with c.db(new_root) as ndb, ndb.transaction() as cur:
+                ndb.set_watermark(cur, name, fork)
             notes.append(
                 f"{name}: had applied up to tick {st.position} (> {fork}); rewound to {fork}, "
                 "run 'check' and repair the differences"
@@ -466,6 +490,7 @@ def resurrect(c: Cascade, old_root: str, out: Path) -> int:
                     db.upsert(cur, table, cols, rows)
             _demote(db, new_root, fork)
     tag(c, old_root, False)
+    _prune_subscribers(c, old_root)
     with open_node_db(location) as db:
         position = db.state().position
     with open_node_db(c.location(new_root)) as ndb, ndb.transaction() as cur:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 
 from baton.cascade.apply import apply_batch, reduce_events
-from baton.cascade.model import Role
+from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -78,6 +78,11 @@ def create_subscriber(
                 st = db.state()
                 if st.name != name or st.set_name != pst.set_name:
                     raise CascadeError(f"{location} is already node {st.name} of {st.set_name}")
+                if st.role is not role or st.provider != provider:
+                    raise CascadeError(
+                        f"{name} exists as a {st.role} of {st.provider}: use change-provider "
+                        "to move it"
+                    )
             else:
                 start = prov.last_tick()
                 if start is None:
@@ -167,6 +172,8 @@ def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[ob
 def emit(location: str, type_: str, data: dict[str, object], table: str | None = None,
          key: dict[str, object] | None = None) -> int:  # fmt: skip
     """Root: add a custom event; its id."""
+    if type_ in ROW_TYPES or type_.startswith("baton."):
+        raise CascadeError(f"event type {type_!r} is reserved: pick another name")
     with open_node_db(location) as db:
         st = db.state()
         if st.role is not Role.ROOT:

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from baton import logs
+from baton.cli import cascade as cascade_cli
+from baton.cli import cascade_run
 from baton.cli import placement as placement_cli
 from baton.cli.common import EXIT_USAGE, fail, need_store, run_async, store_option
 from baton.errors import ConfigError, redact_url
@@ -294,6 +296,10 @@ def demo(nodes: int, ttl: float) -> None:
 cli.add_command(placement_cli.object_group)
 cli.add_command(placement_cli.drain)
 cli.add_command(placement_cli.placement)
+
+
+cascade_cli.cascade.add_command(cascade_run.run)
+cli.add_command(cascade_cli.cascade)
 
 
 def main() -> None:

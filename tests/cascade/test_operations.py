@@ -15,6 +15,7 @@ from baton.cascade.apply import apply_batch
 from baton.cascade.model import Role
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
 from baton.testing.cascade import LocalSet
+from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
 
 if TYPE_CHECKING:
@@ -191,3 +192,30 @@ def test_bad_input(tmp_path: Path, spark: SparkSession) -> None:
         with pytest.raises(CascadeError, match="bad node name"):
             ops.create_root("bad name", s.location("q"), "S")
         assert s.state("r").role is Role.ROOT
+
+
+def test_retention_by_watermark(seed_set: LocalSet) -> None:
+    s = seed_set
+    c = s.cascade()
+    manage.set_paused(c, "s4", True)
+    run_workload(s.path("s1"), 40, seed=13)
+    s.wait_synced(["s2", "s3"])
+    held = s.state("s4").position
+    # Nothing is deleted until everyone has it: the paused leaf holds the whole set's queue.
+    with open_node_db(s.location("s1")) as root:
+        wait_for(lambda: root.last_tick().tick_id > held + 5, timeout=30)  # type: ignore[union-attr]
+        assert root.state().global_watermark <= held
+        assert root.get_tick(held) is not None
+    with open_node_db(s.location("s3")) as s3:
+        assert s3.get_tick(held) is not None
+    manage.set_paused(c, "s4", False)
+    top = s.wait_synced()
+    # Once everyone has it, the watermark passes it and every queue is trimmed below it.
+    with open_node_db(s.location("s1")) as root:
+        wait_for(lambda: root.state().global_watermark >= top, timeout=60, what="the watermark")
+        wm = root.state().global_watermark
+        assert root.ticks(0, wm - 1) == []
+    with open_node_db(s.location("s3")) as s3:
+        wait_for(lambda: s3.state().global_watermark >= top, timeout=60)
+        s.check_workers()
+        assert s3.ticks(0, s3.state().global_watermark - 1) == []

@@ -48,6 +48,11 @@ def test_worker_moves_when_its_agent_dies(tmp_path: Path) -> None:
     for n in ("s1", "s2"):
         ops.add_table(loc[n], "accounts")
 
+    # An idle subscriber entry holds the watermark, so the queues keep every event for the
+    # exactly-once comparison at the end.
+    with open_node_db(loc["s1"]) as root, root.transaction() as cur:
+        root.set_watermark(cur, "audit", 1)
+
     def position() -> int:
         with open_node_db(loc["s2"]) as db:
             return db.state().position
@@ -88,6 +93,6 @@ def test_worker_moves_when_its_agent_dies(tmp_path: Path) -> None:
         with open_node_db(loc["s1"]) as root, open_node_db(loc["s2"]) as branch:
             assert branch.read_rows("accounts") == root.read_rows("accounts")
             assert branch.state().epoch == moved["term"]  # the new worker's epoch applied
-            start = max(root.state().global_watermark, branch.state().global_watermark)
-            ids = [e.ev_id for e in branch.batch_events(start, last.tick_id)]
-            assert ids == [e.ev_id for e in root.batch_events(start, last.tick_id)]
+            ids = [e.ev_id for e in branch.batch_events(1, last.tick_id)]
+            assert ids == [e.ev_id for e in root.batch_events(1, last.tick_id)]
+            assert len(ids) == len(set(ids)) > 100  # every event copied once, none lost
