@@ -120,7 +120,8 @@ def build(directory: Path) -> Set:
     ops.create_subscriber(Role.BRANCH, "s3", s.loc("s3"), "s2", s.loc("s1"))
     ops.create_subscriber(Role.LEAF, "s4", s.loc("s4"), "s3", s.loc("s1"))
     for name in NAMES:
-        ops.add_table(s.loc(name), "accounts")
+        if ops.add_table(s.loc(name), "accounts") == "copying":
+            ops.copy_table(s.loc(name), "accounts")  # what the node's worker does, with Spark
     return s
 
 
@@ -184,8 +185,15 @@ def test_create_set_add_tables_and_rerun(tmp_path: Path) -> None:
     assert members["s1"]["location"] == s.loc("s1")
     # add-table --all: the root first, then every node after its provider.
     out = ok(run("add-table", "accounts", "--all", *s.via))
-    assert out.splitlines() == [f"{n}: accounts ok" for n in NAMES]
+    assert out.splitlines() == ["s1: accounts ok"] + [
+        f"{n}: accounts copying (the node's worker copies it with Spark)" for n in NAMES[1:]
+    ]
     assert ok(run("add-table", "accounts", "--all", *s.via)) == out  # a re-run
+    assert json.loads(ok(run("tables", "--node", "s4", "--json", *s.via))) == {
+        "accounts": "copying"
+    }
+    for name in NAMES[1:]:
+        ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
     for name in NAMES:
         assert json.loads(ok(run("tables", "--node", name, "--json", *s.via))) == {"accounts": "ok"}
     assert "accounts" in ok(run("tables", "--node", "s4", *s.via))
@@ -262,7 +270,8 @@ def test_remove_table_subscribers_first(cset: Set) -> None:
     sql(s.path("s1"), "INSERT INTO accounts VALUES (1, 1, 'a', 1.0)")
     with open_node_db(s.loc("s1")) as db:
         assert db.tables() == {} and db.pending()[0] == 0
-    assert ok(run("add-table", "accounts", "--all", *s.via)).count("accounts ok") == 4
+    out = ok(run("add-table", "accounts", "--all", *s.via))
+    assert out.count("accounts ok") == 1 and out.count("accounts copying") == 3
 
 
 def test_check_equal_then_different(cset: Set) -> None:
@@ -295,7 +304,8 @@ def test_check_equal_then_different(cset: Set) -> None:
     sql(s.dir / "s5.db", "CREATE TABLE accounts (name TEXT, updated_at REAL, "
         "balance INTEGER NOT NULL, id INTEGER PRIMARY KEY)")  # fmt: skip
     ok(run("create-leaf", "s5", f"sqlite://{s.dir}/s5.db", "--provider", "s3", *s.via))
-    ok(run("add-table", "accounts", "--node", "s5", *s.via))  # copies s3's three rows
+    ok(run("add-table", "accounts", "--node", "s5", *s.via))
+    ops.copy_table(f"sqlite://{s.dir}/s5.db", "accounts")  # s5's worker copies s3's 3 rows
     data = json.loads(ok(run("check", "--node", "s5", "--json", *s.via)))
     assert data["equal"] and data["tables"]["accounts"]["rows"] == 3
 
@@ -416,8 +426,9 @@ def test_postgres_set(pg_locations: list[str]) -> None:
     ok(run("create-leaf", "p2", leaf, "--provider", "p1", *via))
     assert ok(run("add-table", "accounts", "--all", *via)).splitlines() == [
         "p1: accounts ok",
-        "p2: accounts ok",
+        "p2: accounts copying (the node's worker copies it with Spark)",
     ]
+    ops.copy_table(leaf, "accounts")  # what p2's worker does, with Spark
     data = json.loads(ok(run("status", "--json", *via)))
     assert [(m["name"], m["role"], m["provider"]) for m in data["members"]] == [
         ("p1", "root", None),

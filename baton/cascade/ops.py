@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from baton.cascade.apply import apply_batch, reduce_events
 from baton.cascade.model import ROW_TYPES, Role
@@ -114,10 +115,21 @@ def create_subscriber(
             odb.put_node(cur, name, location)
 
 
-def add_table(location: str, table: str) -> None:
-    """Subscribe the node at ``location`` to ``table``. At the root: start capturing it. Else:
-    copy the provider's rows (taken after noting the provider's tick T), then catch up from T;
-    events already reflected in the copy are applied again harmlessly (full row images)."""
+#: Reads a provider table: (location, table) -> (columns, rows). The node's worker passes a
+#: Spark reader (:func:`baton.spark.copy.spark_rows`); the default reads directly.
+RowReader = Callable[[str, str], tuple[list[str], list[Sequence[Any]]]]
+
+
+def direct_rows(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
+    with open_node_db(location) as db:
+        cols, _ = db.columns(table)
+        return cols, list(db.read_rows(table))
+
+
+def add_table(location: str, table: str) -> str:
+    """Subscribe the node at ``location`` to ``table``; the table's new state. At the root:
+    capture it (``ok``). Elsewhere: check it against the provider's and register it as
+    ``copying``; the node's worker then copies it with Spark (:func:`copy_table`)."""
     with open_node_db(location) as db:
         st = db.state()
         _, pk = db.columns(table)
@@ -127,9 +139,10 @@ def add_table(location: str, table: str) -> None:
             with db.transaction() as cur:
                 db.capture(cur, table, True)
                 db.set_table(cur, table, "ok")
-            return
-        if db.tables().get(table) == "ok":
-            return
+            return "ok"
+        current = db.tables().get(table)
+        if current is not None:
+            return current
         assert st.provider is not None
         with _provider_db(st.provider, location) as prov:
             if table not in prov.tables():
@@ -141,12 +154,28 @@ def add_table(location: str, table: str) -> None:
                     f"{table}: columns {cols} (key {pk}) differ from the provider's {pcols} "
                     f"(key {ppk})"
                 )
+        with db.transaction() as cur:
+            db.set_table(cur, table, "copying", 0)
+        return "copying"
+
+
+def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
+    """Copy a ``copying`` table from the provider: note the provider's tick T, read its rows
+    (at T or later), write them, and catch up from T; events already in the copy are applied
+    again harmlessly (full row images). Resumable: a re-run copies afresh. The new state."""
+    with open_node_db(location) as db:
+        st = db.state()
+        if db.tables().get(table) != "copying":
+            return db.tables().get(table) or "absent"
+        assert st.provider is not None
+        _, pk = db.columns(table)
+        cols, _ = db.columns(table)
+        with _provider_db(st.provider, location) as prov:
             pst = prov.state()
             base = prov.last_tick() if pst.role is Role.ROOT else prov.get_tick(pst.position)
             tick = base.tick_id if base else 0
-            rows = prov.read_rows(table)
+            pcols, rows = read(prov.location, table)
             with db.transaction() as cur:
-                db.set_table(cur, table, "copying", tick)
                 old = db.read_rows(table)  # a re-run starts the copy afresh
                 db.delete_keys(cur, table, pk, [[r[cols.index(c)] for c in pk] for r in old])
                 db.upsert(cur, table, pcols, rows)
@@ -155,7 +184,9 @@ def add_table(location: str, table: str) -> None:
                     # The subscriber moved past T meanwhile: replay (T, position] for this table.
                     events = [e for e in prov.batch_events(tick, position) if e.table == table]
                     _apply_table_events(db, cur, table, events)
-                db.set_table(cur, table, "catching-up" if position < tick else "ok", tick)
+                state = "catching-up" if position < tick else "ok"
+                db.set_table(cur, table, state, tick)
+        return state
 
 
 def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[object]) -> None:
@@ -184,4 +215,4 @@ def emit(location: str, type_: str, data: dict[str, object], table: str | None =
             )
 
 
-__all__ = ["add_table", "apply_batch", "create_root", "create_subscriber", "emit"]
+__all__ = ["add_table", "apply_batch", "copy_table", "create_root", "create_subscriber", "emit"]

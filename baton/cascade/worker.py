@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("baton.cascade")
 
 
+def db_tables(location: str) -> dict[str, str]:
+    with open_node_db(location) as db:
+        return db.tables()
+
+
 class Worker:
     """Runs the apply query of the node at ``location`` with fencing ``epoch``."""
 
@@ -129,6 +134,17 @@ class Worker:
         if st.paused or st.provider is None:
             self.stop()  # paused, or promoted to root: nothing to apply
             return
+        copying = [t for t, state in db_tables(self.location).items() if state == "copying"]
+        if copying:
+            # The initial copy of a new table, by Spark, between micro-batches (the query is
+            # stopped so the copy and the batches never interleave).
+            from baton.cascade.ops import copy_table
+            from baton.spark.copy import spark_rows
+
+            self.stop()
+            for table in copying:
+                state = copy_table(self.location, table, spark_rows(self.spark))
+                log.info("table copied", extra={"table": table, "state": state})
         if self.query is None:
             self.start()
             return

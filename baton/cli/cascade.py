@@ -294,7 +294,8 @@ def _check_table_everywhere(c: manage.Cascade, states: dict[str, NodeState], tab
 @via_option
 @_handled
 def add_table(table: str, node: str | None, everywhere: bool, via: str | None) -> None:
-    """Replicate TABLE on NODE (the root captures it; others copy it from their provider)."""
+    """Replicate TABLE on NODE: the root captures it; elsewhere it is registered as copying and
+    the node's worker copies it from the provider with Spark, then catches up."""
     if (node is None) == (not everywhere):
         raise click.UsageError("give either --node NODE or --all")
     c = _open_set(via)
@@ -306,9 +307,9 @@ def add_table(table: str, node: str | None, everywhere: bool, via: str | None) -
         _check_table_everywhere(c, states, table)
         names = _subscription_order(states)
     for name in names:
-        ops.add_table(c.location(name), table)
-        with c.db(name) as db:
-            click.echo(f"{name}: {table} {db.tables()[table]}")
+        state = ops.add_table(c.location(name), table)
+        hint = " (the node's worker copies it with Spark)" if state == "copying" else ""
+        click.echo(f"{name}: {table} {state}{hint}")
     if everywhere:
         for name in sorted(n for n in c.nodes if c.dead(n)):
             click.echo(f"{name}: skipped (tagged dead)")

@@ -191,9 +191,9 @@ class Counter(Workload):
         return self.index
 
     def stream_live(self) -> bool:
-        # Live: a copy from the leader succeeded within a few intervals (at least half a second,
-        # so one slow request does not look like a dead leader).
-        window = max(2.5 * self.interval, 0.5)
+        # Live: a copy from the leader succeeded within a few intervals (at least a second, so
+        # a slow request on a loaded host does not look like a dead leader).
+        window = max(2.5 * self.interval, 1.0)
         return self.following is not None and time.monotonic() - self._last_copy < window
 
     async def serve(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -111,7 +111,11 @@ class LocalSet:
                 with open_node_db(self.location(name)) as db:
                     st = db.state()
                 if st.provider is None or st.provider in done:
-                    ops.add_table(self.location(name), table)
+                    if ops.add_table(self.location(name), table) == "copying":
+                        # What the node's worker does, here at once: copy with Spark.
+                        from baton.spark.copy import spark_rows
+
+                        ops.copy_table(self.location(name), table, spark_rows(self.spark))
                     done.add(name)
 
     def cascade(self, via: str | None = None) -> Cascade:

@@ -12,7 +12,7 @@ import pytest
 
 from baton.cascade import manage, ops
 from baton.cascade.apply import apply_batch
-from baton.cascade.model import Role
+from baton.cascade.model import Event, Role
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
@@ -146,6 +146,13 @@ def test_pause_resume_and_cycles(seed_set: LocalSet) -> None:
     # Bad provider changes are refused and change nothing.
     with pytest.raises(CascadeError, match="is a leaf"):
         manage.change_provider(c, "s3", "s4")
+
+    # s2 can move under s3 once s3 has every tick s2 has (both follow s1; wait for them).
+    def s3_has_all() -> bool:
+        s.check_workers()
+        return bool(s.state("s3").position >= s.state("s2").position)
+
+    wait_for(s3_has_all, timeout=60)
     manage.change_provider(c, "s2", "s3")
     with pytest.raises(CascadeError, match="cycle"):
         manage.change_provider(c, "s3", "s2")
@@ -219,3 +226,30 @@ def test_retention_by_watermark(seed_set: LocalSet) -> None:
         wait_for(lambda: s3.state().global_watermark >= top, timeout=60)
         s.check_workers()
         assert s3.ticks(0, s3.state().global_watermark - 1) == []
+
+
+def test_event_columns_must_match_the_target(tmp_path: Path, spark: SparkSession) -> None:
+    # An event naming a column the target lacks, or a wrong key, is refused whole: no row of
+    # the batch is applied and the position does not move.
+    with LocalSet(tmp_path, spark) as s:
+        s.root("r")
+        s.leaf("l", "r")
+        s.add_table("accounts")
+        with open_node_db(s.location("r")) as root, root.transaction() as cur:
+            root.make_tick(cur)
+            tick = root.make_tick(cur)
+        assert tick is not None
+        with open_node_db(s.location("l")) as leaf:
+            position = leaf.state().position
+            with open_node_db(s.location("r")) as root:
+                batch = root.ticks(position, position + 1)
+            assert batch
+            t = batch[0].tick_id
+            good = Event(1, 0.0, "I", "accounts", '{"id": 1}', '{"id": 1, "balance": 5}', tick=t)
+            bad = Event(2, 0.0, "I", "accounts", '{"id": 2}', '{"id": 2, "colour": "red"}', tick=t)
+            wrong_key = Event(3, 0.0, "D", "accounts", '{"name": "x"}', None, tick=t)
+            for events, needle in (([good, bad], "colour"), ([good, wrong_key], "key columns")):
+                with pytest.raises(CascadeError, match=needle):
+                    apply_batch(leaf, batch, events, [], epoch=1)
+                assert leaf.state().position == position
+                assert leaf.read_rows("accounts") == []

@@ -208,9 +208,12 @@ def _paused_controller(c: LocalCluster) -> None:
     assert epochs and all(e == epoch2 for e in epochs), epochs
 
 
-def _blocked_group(c: LocalCluster, ctl: str) -> dict[str, Any]:
-    view = placement(c)
-    return next(g for g in view["groups"] if g["leader"] != ctl)
+def _blocked_group(c: LocalCluster, ctl: str) -> dict[str, Any] | None:
+    """A settled group whose leader is not the controller."""
+    view = settled(c, 6)
+    if view is None:
+        return None
+    return next((g for g in view["groups"] if g["leader"] != ctl), None)
 
 
 def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
@@ -221,9 +224,8 @@ def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
         ) as c,
     ):
         ctl, _ = c.wait_for(c.controller)
-        run(_create(c.store_url, [("counter", f"g{i}", 3) for i in range(3)]))
-        c.wait_for(lambda: settled(c, 3), timeout=60)
-        group = _blocked_group(c, ctl)
+        run(_create(c.store_url, [("counter", f"g{i}", 3) for i in range(6)]))
+        group = c.wait_for(lambda: _blocked_group(c, ctl), timeout=60)
         leader = c.node(group["leader"])
         # The controller cannot reach the leader; the members still can (and still stream).
         fw.block(c.node(ctl).host, leader.host, leader.port)
@@ -243,7 +245,7 @@ def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
         assert (g["leader"], g["term"]) == (group["leader"], group["term"])
         # Healed: back to ok with the same leader.
         fw.heal()
-        c.wait_for(lambda: settled(c, 3), timeout=30)
+        c.wait_for(lambda: settled(c, 6), timeout=30)
         g = next(x for x in placement(c)["groups"] if x["group"] == group["group"])
         assert (g["leader"], g["term"]) == (group["leader"], group["term"])
 
