@@ -535,7 +535,8 @@ def _event_dict(e: object) -> dict[str, object]:
     return {f: getattr(e, f) for f in fields}
 
 
-def _find_root(c: Cascade, exclude: str | None = None) -> str:
+def live_root(c: Cascade, exclude: str | None = None) -> str | None:
+    """The reachable member, not tagged dead (nor ``exclude``), that is a root, if any."""
     for name, (loc, dead) in sorted(c.nodes.items()):
         if dead or name == exclude:
             continue
@@ -544,8 +545,15 @@ def _find_root(c: Cascade, exclude: str | None = None) -> str:
                 if db.state().role is Role.ROOT:
                     return name
         except (CascadeError, OSError):
-            continue
-    raise CascadeError("no live root in the set: use failover")
+            continue  # unreachable: it cannot be the live root we are looking for
+    return None
+
+
+def _find_root(c: Cascade, exclude: str | None = None) -> str:
+    root = live_root(c, exclude)
+    if root is None:
+        raise CascadeError("no live root in the set: use failover")
+    return root
 
 
 def _root_since(c: Cascade, root: str) -> int:
@@ -559,6 +567,7 @@ __all__ = [
     "candidates",
     "change_provider",
     "failover",
+    "live_root",
     "members",
     "resurrect",
     "set_paused",

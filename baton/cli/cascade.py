@@ -143,20 +143,6 @@ def _states(c: manage.Cascade) -> dict[str, NodeState]:
     return out
 
 
-def _live_root(c: manage.Cascade, exclude: str | None = None) -> str | None:
-    """The reachable member not tagged dead that is a root, if any."""
-    for name, (loc, dead) in sorted(c.nodes.items()):
-        if dead or name == exclude:
-            continue
-        try:
-            with open_node_db(loc) as db:
-                if db.state().role is Role.ROOT:
-                    return name
-        except CascadeError:
-            continue  # unreachable: it cannot be the live root we are looking for
-    return None
-
-
 def _subscription_order(states: dict[str, NodeState]) -> list[str]:
     """Roots first, then every node after its provider (breadth first); nodes whose provider is
     not among ``states`` (tagged dead, or a cycle) come last."""
@@ -423,7 +409,7 @@ def emit(type_: str, data: str, via: str | None) -> None:
     if not isinstance(payload, dict):
         raise CascadeError(f"--data must be a JSON object, not {type(payload).__name__}")
     c = _open_set(via)
-    root = _live_root(c)
+    root = manage.live_root(c)
     if root is None:
         raise CascadeError("no live root in the set: use failover")
     ev_id = ops.emit(c.location(root), type_, payload)
@@ -541,7 +527,7 @@ def switchover(new_root: str, timeout: float, via: str | None) -> None:
     """Planned: branch NEW_ROOT becomes the root, the old root its branch (nothing lost)."""
     c = _open_set(via)
     c.location(new_root)  # unknown names first, with the known ones
-    old = _live_root(c)
+    old = manage.live_root(c)
     try:
         tick = manage.switchover(c, new_root, _poll, timeout)
     except _WaitTimeout:
@@ -573,7 +559,7 @@ def _check_failover(c: manage.Cascade, dead_root: str) -> None:
         role = None  # unreachable, as a dead root usually is
     if role is not None and role is not Role.ROOT:
         raise CascadeError(f"{dead_root} is a {role}, not the root: use tag-dead for it")
-    other = _live_root(c, exclude=dead_root)
+    other = manage.live_root(c, exclude=dead_root)
     if other is not None:
         raise CascadeError(f"{dead_root} is not the root ({other} is): use tag-dead for it")
     for name, (loc, dead) in sorted(c.nodes.items()):

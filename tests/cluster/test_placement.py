@@ -236,8 +236,9 @@ def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
 
         g = c.wait_for(in_failure, timeout=30)
         assert "still stream" in g["detail"]
-        metrics = c.node(ctl).get("/metrics").text
-        assert "baton_groups_in_failure_reconciliation 1.0" in metrics
+        led = sum(1 for x in placement(c)["groups"] if x["leader"] == group["leader"])
+        gauge = "baton_groups_in_failure_reconciliation"
+        c.wait_for(lambda: _metric(c.node(ctl).get("/metrics").text, gauge) == led, timeout=30)
         # Several more passes: still no deposition.
         passes_before = _reconcile_count(c, ctl)
         c.wait_for(lambda: _reconcile_count(c, ctl) >= passes_before + 5, timeout=30)
