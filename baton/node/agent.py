@@ -173,8 +173,9 @@ class NodeAgent:
         for task in (self._watch_task, self._placement_task, self._demotion_task):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # Bounded: a stop must release the leases even if a task misbehaves.
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(task, self.timings.request_timeout * 4)
         await self.hand_over_controller()
         # Members stop before the membership lease goes: no leader role outlives it.
         await self.runner.close()

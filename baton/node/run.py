@@ -40,6 +40,9 @@ async def serve(config: NodeConfig) -> None:
             log_config=None,  # baton's key=value logs; uvicorn's access log would be noise
             access_log=False,
             lifespan="off",
+            # A request still running at a stop (a peer's call) must not keep the node from
+            # releasing its leases: give it a moment, then go on.
+            timeout_graceful_shutdown=max(1, round(agent.timings.request_timeout * 4)),
         )
     )
     stop = asyncio.Event()

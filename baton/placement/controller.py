@@ -72,6 +72,11 @@ class PlacementController:
                     await self._lead(term)
             except LeaseLost as exc:
                 log.warning("placement stopped: controller role lost", extra={"reason": str(exc)})
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Our own cancellation (the node is stopping) arrived together with the
+                    # lease loss and was absorbed by it: honour it.
+                    raise asyncio.CancelledError from None
             except Deposed:
                 log.warning("placement stopped: a fenced write was refused")
                 await asyncio.sleep(self.interval)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -165,3 +166,18 @@ async def test_placement_routes_need_the_token(agent: NodeAgent, path: str) -> N
     async with client(agent, token="wrong-token-0123456789") as c:
         assert (await c.get(path)).status_code == 401
         assert (await c.post("/v1/groups/x/0/fetch", json={})).status_code == 401
+
+
+async def test_stop_right_after_handing_over_does_not_hang(tmp_path: Path) -> None:
+    # The controller hands over (its lease is released: placement's leader-only work is
+    # cancelled) and stops at once (its tasks are cancelled too): both cancellations must end
+    # the placement task, and the stop must finish and release the membership.
+    a, b = NodeAgent(config(tmp_path, "a")), NodeAgent(config(tmp_path, "b"))
+    await a.start()
+    await a.controller.wait_leadership(10)
+    await b.start()
+    await a.hand_over_controller()
+    await asyncio.wait_for(a.stop(), 5)
+    assert not a.membership.is_leader
+    await b.controller.wait_leadership(10)
+    await b.stop()
