@@ -34,8 +34,10 @@ async def test_keeps_many_leases_with_one_call_per_cycle(backend: Backend) -> No
             held = {x.name: x for x in await s2.list_leases("obj/")}
             assert len(held) == 300 and {x.holder for x in held.values()} == {"a"}
             cycles = (time.monotonic() - began) / T.renew_interval
-            # One round trip per cycle for all 300 leases (not 300 per cycle).
-            assert cycles - 2 <= a.renewal_calls <= cycles + 1, (a.renewal_calls, cycles)
+            # One round trip per cycle for all 300 leases (not 300 per cycle). Only the upper
+            # bound is exact: a loaded machine may run fewer cycles than the clock allows (the
+            # leases being held past 3 ttl already shows the renewals happened).
+            assert 3 <= a.renewal_calls <= cycles + 1, (a.renewal_calls, cycles)
             # Removing one releases it at once.
             assert await a.remove("obj/0")
             assert await b.add("obj/0") is not None
