@@ -12,6 +12,12 @@ command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+  # The cascade benchmark's references: Londiste 3 + PgQ, and a plain Spark JDBC write.
+  command -v londiste >/dev/null 2>&1 || need+=(python3-londiste postgresql-15-londiste-sql)
+  command -v pgqd >/dev/null 2>&1 || need+=(pgqd)
+  [ -f /usr/share/postgresql/15/extension/pgq.control ] || need+=(postgresql-15-pgq3)
+  [ -f /usr/share/postgresql/15/extension/pgq_node.control ] || need+=(postgresql-15-pgq-node)
+  [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

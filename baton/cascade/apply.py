@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from baton.cascade.model import DELETE, ROW_TYPES, TICK_ROW, WATERMARK, Event, Role, Tick
 from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB
 
@@ -63,9 +65,9 @@ def _rows_by_table(
             out[e.table] = (cols, pk, [], [])
         cols, pk, ups, dels = out[e.table]
         try:
-            key = json.loads(e.key or "")
-            data = json.loads(e.data) if e.data else None
-        except json.JSONDecodeError:
+            key = orjson.loads(e.key or "")
+            data = orjson.loads(e.data) if e.data else None
+        except orjson.JSONDecodeError:
             raise CascadeError(f"event {e.ev_id} for {e.table}: key or data is not JSON") from None
         if not isinstance(key, dict) or sorted(key) != sorted(pk):
             got = sorted(key) if isinstance(key, dict) else key

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 #: Row-change event types. Any other type is a custom event: carried and copied, not applied.
 INSERT, UPDATE, DELETE = "I", "U", "D"
@@ -42,10 +43,10 @@ class Tick:
     snapshot: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One queue event. ``key`` and ``data`` are JSON objects (text); ``tick`` is the tick whose
-    batch holds it (None at the root until a tick covers it)."""
+    batch holds it (None at the root until a tick covers it). A named tuple, not a dataclass:
+    the apply step builds hundreds of thousands per second."""
 
     ev_id: int
     time: float

@@ -61,7 +61,7 @@ class NodeService:
                 self.role = role
             if role is Role.ROOT:
                 if self.worker is not None:
-                    self.worker.stop()
+                    self.worker.close()
                     self.worker = None
                 tick_once(db, self.ticker, time.time())
                 publish_watermark(db)
@@ -72,5 +72,5 @@ class NodeService:
 
     def stop(self) -> None:
         if self.worker is not None:
-            self.worker.stop()
+            self.worker.close()
             self.worker = None

@@ -32,6 +32,13 @@ class TickerConfig:
     idle: float = 2.0
 
 
+def _still_root(db: NodeDB) -> bool:
+    """Checked again under the write lock: a switchover may have begun, or ended with this node
+    demoted, since the caller looked. An event or tick written by a node that is no longer the
+    root would collide with the new root's ids when it follows it."""
+    return db.state().role is Role.ROOT and db.get_local("switch_tick") is None
+
+
 def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
     """Make a tick if one is due (see the module docstring); the tick or None."""
     st = db.state()
@@ -50,8 +57,8 @@ def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
     if not due:
         return None
     with db.transaction() as cur:
-        if db.get_local("switch_tick") is not None:
-            return None  # checked again under the write lock: a switchover may have begun
+        if not _still_root(db):
+            return None
         return db.make_tick(cur)
 
 
@@ -68,6 +75,8 @@ def publish_watermark(db: NodeDB) -> int | None:
     if low <= st.global_watermark:
         return None
     with db.transaction() as cur:
+        if not _still_root(db):
+            return None
         db.insert_event(cur, WATERMARK, None, None, json.dumps({"tick": low}))
         db.set_local(cur, "global_watermark", str(low))
         db.trim(cur, low)

@@ -11,9 +11,11 @@ changes (``change-provider``, failover), the worker restarts its query on the ne
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +65,10 @@ class Worker:
         self._busy = threading.Lock()
         self._stopping = threading.Event()
         self._scratch = Path(tempfile.mkdtemp(prefix="baton-worker-"))
+        self._checkpoint: Path | None = None
+        # Scratch only (the position lives in the node database): removed with the worker, or
+        # at interpreter exit at the latest.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
 
     def _provider_location(self) -> tuple[str, str]:
         with open_node_db(self.location) as db:
@@ -78,6 +84,7 @@ class Worker:
         provider, location = self._provider_location()
         self.provider = provider
         checkpoint = self._scratch / f"checkpoint-{time.monotonic_ns()}"
+        self._checkpoint = checkpoint
         reader = (
             self.spark.readStream.format("baton")
             .option("provider", location)
@@ -177,3 +184,11 @@ class Worker:
                 self.query.stop()
             self.query = None
             self._stopping.clear()
+        if self._checkpoint is not None:
+            shutil.rmtree(self._checkpoint, ignore_errors=True)  # the next start makes its own
+            self._checkpoint = None
+
+    def close(self) -> None:
+        """Stop, and remove the scratch directory."""
+        self.stop()
+        self._cleanup()

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from baton import __version__
 from baton.errors import BatonError
 from baton.node.agent import NodeAgent
+from baton.node.api_cascade import cascade_router
 from baton.placement.view import placement_view
 
 #: ``object/partition``, as in group records.
@@ -83,6 +84,7 @@ def build_app(agent: NodeAgent) -> FastAPI:
             raise HTTPException(status_code=401, headers={"WWW-Authenticate": "Bearer"})
 
     auth = [Depends(authorize)]
+    app.include_router(cascade_router(auth))
 
     @app.middleware("http")
     async def count(request: Request, call_next: Any) -> Response:

@@ -16,6 +16,8 @@ Use it in your own jobs::
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,20 +26,25 @@ from baton.cascade.model import ROW_TYPES, TICK_ROW, Event, Tick
 from baton.cascade.nodedb import open_node_db
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 
-def _event(row: dict[str, Any]) -> Event:
-    return Event(
-        ev_id=row["ev_id"],
-        time=row["ev_time"],
-        type=row["ev_type"],
-        table=row["ev_table"],
-        key=row["ev_key"],
-        data=row["ev_data"],
-        txid=row["ev_txid"] or 0,
-        tick=row["ev_tick"],
-    )
+log = logging.getLogger("baton.cascade")
+
+
+def _events(table: pa.Table) -> list[Event]:
+    """The rows of ``table`` (the source's columns) as events, in ``ev_id`` order."""
+    import pyarrow.compute as pc
+
+    table = table.sort_by("ev_id")
+    columns = [
+        table.column(name).to_pylist()
+        for name in ("ev_id", "ev_time", "ev_type", "ev_table", "ev_key", "ev_data")
+    ]
+    columns.append(pc.fill_null(table.column("ev_txid"), 0).to_pylist())
+    columns.append(table.column("ev_tick").to_pylist())
+    return list(map(Event._make, zip(*columns, strict=True)))
 
 
 def apply_to(
@@ -51,43 +58,61 @@ def apply_to(
     ``provider`` (the node read from) must still be the subscriber's provider at commit."""
 
     def apply_micro_batch(df: DataFrame, batch_id: int) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        df = df.persist()
-        try:
-            tick_rows = df.where(F.col("ev_type") == TICK_ROW).select("ev_tick", "ev_data")
-            ticks = sorted(
-                (
-                    Tick(r["ev_tick"], **_tick_fields(r["ev_data"]))
-                    for r in tick_rows.toArrow().to_pylist()
-                ),
-                key=lambda t: t.tick_id,
-            )
-            if not ticks:
-                return
-            last_first = Window.partitionBy("ev_table", "ev_key").orderBy(F.col("ev_id").desc())
-            reduced = (
-                df.where(F.col("ev_type").isin(*sorted(ROW_TYPES)))
-                .withColumn("_n", F.row_number().over(last_first))
-                .where(F.col("_n") == 1)
-                .drop("_n")
-            )
-            reduced_events = [_event(r) for r in reduced.toArrow().to_pylist()]
-            with open_node_db(subscriber) as db:
-                carries = db.state().role.carries_queue
-            # A branch copies every event; a leaf needs only the non-row ones (the watermark).
-            rest = df.where(F.col("ev_type") != TICK_ROW)
-            if not carries:
-                rest = rest.where(~F.col("ev_type").isin(*sorted(ROW_TYPES)))
-            events = [_event(r) for r in rest.toArrow().to_pylist()]
-            events.sort(key=lambda e: e.ev_id)
-            with open_node_db(subscriber) as db:
-                result = apply_batch(db, ticks, reduced_events, events, epoch, provider=provider)
-            if on_applied is not None:
-                on_applied(result)
-        finally:
-            df.unpersist()
+        started = time.monotonic()
+        with open_node_db(subscriber) as db:
+            carries = db.state().role.carries_queue
+        # One Spark job per micro-batch (each job has a fixed cost of 0.1-0.2 s): the reduction
+        # per key marks the row events that are their key's last in the batch, and the driver
+        # gets the ticks, the marked rows and, for a branch (which copies the queue), every
+        # event, as one Arrow table.
+        row_event = F.col("ev_type").isin(*sorted(ROW_TYPES))
+        last_first = Window.partitionBy("ev_table", "ev_key").orderBy(F.col("ev_id").desc())
+        marked = df.withColumn("_last", row_event & (F.row_number().over(last_first) == 1))
+        if not carries:
+            # A leaf needs only the reduced rows, the ticks and the non-row events (watermark).
+            marked = marked.where(F.col("_last") | ~row_event)
+        table = marked.toArrow()
+        collected = time.monotonic()
+        is_tick = pc.equal(table.column("ev_type"), TICK_ROW)
+        tick_table = table.filter(is_tick)
+        if tick_table.num_rows == 0:
+            return
+        ticks = sorted(
+            (
+                Tick(tick_id, **_tick_fields(data))
+                for tick_id, data in zip(
+                    tick_table.column("ev_tick").to_pylist(),
+                    tick_table.column("ev_data").to_pylist(),
+                    strict=True,
+                )
+            ),
+            key=lambda t: t.tick_id,
+        )
+        rest = table.filter(pc.invert(is_tick))
+        reduced = _events(rest.filter(pc.fill_null(rest.column("_last"), False)))
+        if not carries:
+            rows = pc.is_in(rest.column("ev_type"), value_set=pa.array(sorted(ROW_TYPES)))
+            rest = rest.filter(pc.invert(rows))
+        events = _events(rest)
+        with open_node_db(subscriber) as db:
+            result = apply_batch(db, ticks, reduced, events, epoch, provider=provider)
+        log.debug(
+            "micro-batch",
+            extra={
+                "node": subscriber,
+                "ticks": len(ticks),
+                "events": table.num_rows - len(ticks),
+                "spark_s": round(collected - started, 3),
+                "apply_s": round(time.monotonic() - collected, 3),
+            },
+        )
+        if on_applied is not None:
+            on_applied(result)
 
     return apply_micro_batch
 

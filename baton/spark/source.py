@@ -35,6 +35,22 @@ SCHEMA = (
 )
 
 
+#: Rows per Arrow record batch handed to Spark.
+ARROW_ROWS = 20_000
+_TYPES = ("int64", "int64", "int64", "float64", "string", "string", "string", "string")
+_NAMES = ("ev_id", "ev_tick", "ev_txid", "ev_time", "ev_type", "ev_table", "ev_key", "ev_data")
+
+
+def _tick_data(t: Any) -> str:
+    return json.dumps({"ev_high": t.ev_high, "time": t.time, "snapshot": t.snapshot})
+
+
+def _record_batch(pa: Any, rows: list[tuple[Any, ...]]) -> Any:
+    columns = list(zip(*rows, strict=True))
+    arrays = [pa.array(col, type=typ) for col, typ in zip(columns, _TYPES, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, names=list(_NAMES))
+
+
 class TickRange(InputPartition):
     """The ticks after ``start`` up to ``end`` of the provider."""
 
@@ -101,7 +117,9 @@ class BatonStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         return [TickRange(int(start["tick"]), int(end["tick"]))]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
         assert isinstance(partition, TickRange)
         if partition.end <= partition.start:
             return  # Spark may plan an empty first micro-batch
@@ -120,11 +138,17 @@ class BatonStreamReader(DataSourceStreamReader):
                     f"{self.provider} lacks ticks {partition.start + 1}..{partition.end} "
                     f"(has up to {have}): trimmed or not a provider"
                 )
-            for t in ticks:
-                data = json.dumps({"ev_high": t.ev_high, "time": t.time, "snapshot": t.snapshot})
-                yield (0, t.tick_id, 0, t.time, TICK_ROW, None, None, data)
+            # Arrow record batches, not tuples: several times cheaper to hand to the JVM.
+            rows: list[tuple[Any, ...]] = [
+                (0, t.tick_id, 0, t.time, TICK_ROW, None, None, _tick_data(t)) for t in ticks
+            ]
             for e in db.batch_events(partition.start, partition.end):
-                yield (e.ev_id, e.tick, e.txid, e.time, e.type, e.table, e.key, e.data)
+                rows.append((e.ev_id, e.tick, e.txid, e.time, e.type, e.table, e.key, e.data))
+                if len(rows) >= ARROW_ROWS:
+                    yield _record_batch(pa, rows)
+                    rows = []
+            if rows:
+                yield _record_batch(pa, rows)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the consumer's position lives in its own database."""

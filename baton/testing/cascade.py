@@ -153,7 +153,7 @@ class LocalSet:
     def stop_worker(self, name: str) -> None:
         worker = self.workers.pop(name, None)
         if worker is not None:
-            worker.stop()
+            worker.close()
 
     def check_workers(self) -> None:
         for worker in list(self.workers.values()):

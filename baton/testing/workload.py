@@ -33,16 +33,30 @@ def create_accounts(target: Path | str) -> None:
         conn.close()
 
 
-def run_workload(target: Path | str, transactions: int, seed: int = 1, max_rows: int = 20) -> int:
+#: Concurrent writers each keep to their own ids: ``id_base`` up to ``id_base + ID_SPAN``.
+ID_SPAN = 10**9
+
+
+def run_workload(
+    target: Path | str, transactions: int, seed: int = 1, max_rows: int = 20, id_base: int = 0
+) -> int:
     """Random inserts (70%), updates (20%) and deletes (10%) in transactions of 1..max_rows
-    changes, including rows inserted and deleted in one transaction; the number of changes."""
+    changes, including rows inserted and deleted in one transaction; the number of changes.
+    Only ids from ``id_base`` (below ``id_base + ID_SPAN``) are written, so that writers with
+    different bases can run at the same time."""
     rng = random.Random(seed)
     conn, p = _connect(target)
     changes = 0
     begin = "BEGIN IMMEDIATE" if p == "?" else "BEGIN"
     try:
-        live: list[int] = [r[0] for r in conn.execute("SELECT id FROM accounts").fetchall()]
-        next_id = max(live, default=0) + 1
+        live: list[int] = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM accounts WHERE id > {p} AND id < {p} ORDER BY id",
+                (id_base, id_base + ID_SPAN),
+            ).fetchall()
+        ]
+        next_id = max(live, default=id_base) + 1
         for _ in range(transactions):
             conn.execute(begin)
             for _ in range(rng.randint(1, max_rows)):

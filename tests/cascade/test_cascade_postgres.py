@@ -95,7 +95,9 @@ def test_postgres_root_branch_sqlite_leaf(
     try:
         # Three writers at once: ids are taken in one order and committed in another.
         threads = [
-            threading.Thread(target=run_workload, args=(loc["p1"], 60), kwargs={"seed": s})
+            threading.Thread(
+                target=run_workload, args=(loc["p1"], 60), kwargs={"seed": s, "id_base": s * 10**9}
+            )
             for s in (1, 2, 3)
         ]
         for t in threads:

@@ -624,3 +624,45 @@ def test_concurrent_writers_and_tickers_lose_nothing(pg_nodes: Backend) -> None:
     got = sorted(e.ev_id for batch in read.values() for e in batch)
     assert got == [e.ev_id for e in everything]
     assert len(got) == 4 * 40 + 4 * 14  # the inserts, and the updates of each writer's row
+
+
+# -- the ticker on a node demoted meanwhile ----------------------------------------------------
+
+
+class _DemotedWhileLooking:
+    """Wraps a node database so that the node is demoted (by another connection, as a
+    switchover does) right after the ticker read its pending events: the ticker's first look
+    saw a root, its write finds a branch."""
+
+    def __init__(self, db: NodeDB) -> None:
+        self.db = db
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    def pending(self) -> tuple[int, float | None]:
+        out = self.db.pending()
+        with open_node_db(self.db.location) as other, other.transaction() as cur:
+            other.set_local(cur, "role", "branch")
+        return out
+
+
+def test_a_demoted_root_neither_ticks_nor_emits(db: NodeDB) -> None:
+    from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
+
+    with db.transaction() as cur:
+        db.set_local(cur, "node_name", "r")
+        db.set_local(cur, "role", "root")
+    must_tick(db)
+    emit(db, 3)
+    cfg = TickerConfig(max_count=1)
+    # A tick is due (3 events >= max_count), but the node is demoted before the ticker writes.
+    assert tick_once(_DemotedWhileLooking(db), cfg, time.time()) is None  # type: ignore[arg-type]
+    assert db.last_tick() is not None and db.last_tick().tick_id == 1  # type: ignore[union-attr]
+    # A demoted node writes no watermark event of its own: its ids would collide with the new
+    # root's events when it follows it.
+    with db.transaction() as cur:
+        db.set_watermark(cur, "sub", 1)
+    before = db.pending()[0]
+    assert publish_watermark(db) is None
+    assert db.pending()[0] == before

@@ -113,8 +113,18 @@ def test_openapi_matches_the_routes(tmp_path: Path) -> None:
         for m in r.methods or ()
         if m != "HEAD"
     }
-    assert documented == routed
-    assert documented == {
+    # FastAPI keeps an included router (the cascade routes) as one private entry of app.routes.
+    assert {r for r in documented if not r[1].startswith("/v1/cascade/")} == routed
+    assert {r for r in documented if r[1].startswith("/v1/cascade/")} == {
+        (m, "/v1/cascade/" + name)
+        for m, names in {
+            "GET": "candidates check members missing status tables",
+            "POST": "add-table change-provider create-branch create-leaf create-root emit failover "
+            "pause remove-table resume resurrect switchover tag-alive tag-dead",
+        }.items()
+        for name in names.split()
+    }
+    assert routed == {
         ("GET", "/healthz"),
         ("GET", "/v1/status"),
         ("GET", "/metrics"),

@@ -1,0 +1,783 @@
+"""The cascade operations as the ``baton cascade`` CLI and the node's HTTP API run them: one
+function per command, with every check of the input, returning plain data.
+
+Each function checks its input before it writes anything and raises :class:`CascadeError` with
+one line when the input is bad (an unknown node, a bad location, a table without a primary key,
+...). When the input is well formed but the set's state refuses the operation (a cycle, a dead
+provider, a node that is already another one, a table still replicated below the root), it
+raises :class:`Refused`; a switchover that did not finish within its timeout raises
+:class:`NotFinished`. :func:`classify` sorts any error into these kinds, with its message on one
+line and passwords removed, for the CLI's exit codes and the API's status codes.
+
+Every operation is resumable: running it again after an interruption finishes the job, and
+running it again after it finished changes nothing (the results say ``already``/``changed``).
+
+This is synchronous code (node databases are): the API runs it in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from baton.cascade import manage, ops
+from baton.cascade.model import ROW_TYPES, NodeState, Role
+from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB, open_node_db
+from baton.errors import ConfigError, redact_url
+
+#: How often a switchover checks whether the new root has applied the switch tick.
+POLL = 0.1
+
+#: A node or set name, as :func:`baton.cascade.ops.check_name` accepts it.
+NAME_PATTERN = ops._NAME.pattern
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+class Refused(CascadeError):
+    """The input is well formed, but the set's current state refuses the operation (a cycle, a
+    dead or leaf provider, a location that is another node, no live root, ...). Nothing was
+    changed."""
+
+
+class NotFinished(CascadeError):
+    """A switchover did not finish within its timeout: run it again to finish it."""
+
+
+#: input: bad input (changes nothing); refused: the state refuses it (changes nothing);
+#: unreachable: a node database cannot be reached or fails; unfinished: run it again.
+Kind = Literal["input", "refused", "unreachable", "unfinished"]
+
+
+def _is_driver_error(exc: BaseException) -> bool:
+    """An error of the operating system or a database driver (psycopg is matched by module so
+    that SQLite-only commands never import it)."""
+    if isinstance(exc, OSError | sqlite3.Error):
+        return True
+    return any(k.__module__.split(".")[0] == "psycopg" for k in type(exc).__mro__)
+
+
+def _unreachable(exc: CascadeError) -> bool:
+    """Whether a CascadeError wraps a failure to reach a database rather than bad input. The
+    node database raises ``from None``, which hides the driver error from tracebacks but keeps
+    it as ``__context__``. Only connection-class errors count: a SQLite 'no such table' (a file
+    that is not a node) is bad input."""
+    ctx = exc.__context__
+    if isinstance(ctx, OSError):
+        return True
+    return ctx is not None and any(
+        k.__name__ == "OperationalError" and k.__module__.split(".")[0] == "psycopg"
+        for k in type(ctx).__mro__
+    )
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (driver messages contain newlines), with passwords in URLs and
+    secret query values shown as ``***``."""
+    return redact_url(" ".join(message.split()))
+
+
+def classify(exc: BaseException) -> tuple[Kind, str] | None:
+    """The kind of an error raised by an operation and its one-line message without secrets;
+    None for anything else (a bug)."""
+    if isinstance(exc, NotFinished):
+        return "unfinished", one_line(str(exc))
+    if isinstance(exc, CascadeError):
+        if _unreachable(exc):
+            return "unreachable", one_line(str(exc))
+        if isinstance(exc, Refused | FencedOut):
+            return "refused", one_line(str(exc))
+        return "input", one_line(str(exc))
+    if isinstance(exc, ConfigError):
+        return "input", one_line(str(exc))
+    if not _is_driver_error(exc):
+        return None
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return "unreachable", one_line(f"{where}{exc.strerror}")
+    # Driver messages may quote a URL: one_line never shows its password.
+    return "unreachable", one_line(f"node database error: {type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """Inside: the input has been checked, so a CascadeError is the set's state refusing the
+    operation (unless a database could not be reached)."""
+    try:
+        yield
+    except CascadeError as exc:
+        if isinstance(exc, Refused) or _unreachable(exc):
+            raise
+        raise Refused(str(exc)) from None
+
+
+# -- locations and the set -----------------------------------------------------------------------
+
+
+def normalise(location: str) -> str:
+    """An SQLite location with an absolute path: the location is stored in every node list and
+    used by workers started elsewhere, so a path relative to this process's directory would not
+    find the node from anywhere else."""
+    path = location.removeprefix("sqlite://")
+    if location.startswith("sqlite://") and path and not path.startswith("/"):
+        return f"sqlite://{Path(path).absolute()}"
+    return location
+
+
+def existing(location: str) -> str:
+    """``location`` normalised, refusing an SQLite file that does not exist: opening it would
+    create an empty database, and a mistyped path must change nothing."""
+    location = normalise(location)
+    if location.startswith("sqlite://"):
+        path = Path(location.removeprefix("sqlite://"))
+        if path.parent.is_dir() and not path.exists():
+            raise CascadeError(f"{location}: no such node database (the file does not exist)")
+    return location
+
+
+def open_set(via: str) -> manage.Cascade:
+    """The set seen through the node list at ``via`` (any member's location)."""
+    location = existing(via)
+    with open_node_db(location) as db:
+        db.state()  # "not a cascade node" before reading a node list that is not there
+    return manage.Cascade(location)
+
+
+def _known(c: manage.Cascade, *names: str) -> None:
+    for name in names:
+        c.location(name)  # an unknown name is refused, with the known ones
+
+
+def _installed(location: str) -> NodeState | None:
+    """The state of the node at ``location``, or None when it is not one yet (without creating
+    an SQLite file that does not exist, nor a directory)."""
+    if location.startswith("sqlite://"):
+        path = Path(location.removeprefix("sqlite://"))
+        if not path.exists():
+            if path.name and not path.parent.is_dir():
+                raise CascadeError(f"{location}: directory {path.parent} does not exist")
+            return None
+    with open_node_db(location) as db:
+        return db.state() if db.is_installed() else None
+
+
+def _states(c: manage.Cascade) -> dict[str, NodeState]:
+    """The state of every member not tagged dead."""
+    out = {}
+    for name, (_, dead) in sorted(c.nodes.items()):
+        if dead:
+            continue
+        with c.db(name) as db:
+            out[name] = db.state()
+    return out
+
+
+def _subscription_order(states: dict[str, NodeState]) -> list[str]:
+    """Roots first, then every node after its provider (breadth first); nodes whose provider is
+    not among ``states`` (tagged dead, or a cycle) come last."""
+    order = [n for n, st in states.items() if st.role is Role.ROOT]
+    i = 0
+    while i < len(order):
+        order += [n for n, st in states.items() if st.provider == order[i] and n not in order]
+        i += 1
+    return order + [n for n in states if n not in order]
+
+
+def _tables_of(c: manage.Cascade, name: str) -> dict[str, str]:
+    with c.db(name) as db:
+        return db.tables()
+
+
+# -- creating nodes ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Created:
+    name: str
+    role: str
+    provider: str | None
+    set_name: str
+    #: The stored location (an SQLite path made absolute), password shown as ``***``.
+    location: str
+    #: The tick it starts from (for a root, 0).
+    position: int
+    already: bool
+
+
+def create_root(name: str, location: str, set_name: str) -> Created:
+    """Make the database at ``location`` the root ``name`` of a new set ``set_name``."""
+    ops.check_name(name)
+    ops.check_name(set_name)  # both before the database is opened (which may create a file)
+    location = normalise(location)
+    before = _installed(location)
+    with _refusals():
+        ops.create_root(name, location, set_name)
+    return Created(name, Role.ROOT.value, None, set_name, redact_url(location), 0,
+                   before is not None)  # fmt: skip
+
+
+def create_subscriber(role: Role, name: str, location: str, provider: str, via: str) -> Created:
+    """Add the branch or leaf ``name`` at ``location``, receiving from ``provider``."""
+    ops.check_name(name)
+    if role is Role.ROOT:
+        raise CascadeError("use create-root for a root")
+    c = open_set(via)
+    _known(c, provider)
+    location = normalise(location)
+    before = _installed(location)
+    # ops.create_subscriber treats any re-run on the same node as done, and would register a
+    # watermark at a provider the node does not receive from (holding its queue back forever):
+    # a re-run must name the same role and provider.
+    same_node = before is not None and (before.name, before.set_name) == (name, c.set_name)
+    if before is not None and same_node and (before.role, before.provider) != (role, provider):
+        raise Refused(
+            f"{location} is already node {name}, a {before.role} of {before.provider}: "
+            "use change-provider to move it"
+        )
+    with _refusals():
+        ops.create_subscriber(role, name, location, provider, c.via)
+    with open_node_db(location) as db:
+        st = db.state()
+    return Created(name, role.value, provider, st.set_name, redact_url(location), st.position,
+                   before is not None)  # fmt: skip
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+
+def _check_table_everywhere(c: manage.Cascade, states: dict[str, NodeState], table: str) -> None:
+    """Refuse ``add-table --all`` before anything is written if any live node lacks ``table``,
+    it has no primary key, its columns differ from the root's, or a node's provider is dead."""
+    shape: tuple[list[str], list[str]] | None = None
+    for name in _subscription_order(states):
+        st = states[name]
+        if st.provider is not None and st.provider not in states:
+            raise Refused(
+                f"{name}'s provider {st.provider} is tagged dead: change its provider first"
+            )
+        with c.db(name) as db:
+            try:
+                cols, pk = db.columns(table)
+            except CascadeError as exc:
+                if _unreachable(exc):
+                    raise
+                raise CascadeError(f"{name}: {exc}") from None
+        if not pk:
+            raise CascadeError(f"table {table!r} has no primary key on {name}: add one first")
+        if shape is None:
+            shape = (cols, pk)
+        elif (sorted(cols), pk) != (sorted(shape[0]), shape[1]):
+            raise CascadeError(
+                f"{table}: columns {cols} (key {pk}) on {name} differ from {shape[0]} "
+                f"(key {shape[1]}) on the root"
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableState:
+    node: str
+    table: str
+    #: ``ok`` (the root captures it), ``copying`` (its worker copies it), ``catching-up``.
+    state: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableAdded:
+    table: str
+    nodes: list[TableState]
+    #: With ``everywhere``: the nodes skipped because they are tagged dead.
+    skipped: list[str]
+
+
+def add_table(
+    via: str, table: str, node: str | None = None, everywhere: bool = False
+) -> TableAdded:
+    """Replicate ``table`` on ``node``, or on every live node (root first, then each node after
+    its provider). The root captures it; elsewhere it is registered as ``copying`` and the
+    node's worker copies it from the provider with Spark, then catches up."""
+    if (node is None) == (not everywhere):
+        raise CascadeError("give either a node or all")
+    c = open_set(via)
+    if node is not None:
+        names = [node]
+        with c.db(node) as db:
+            db.state()
+            _, pk = db.columns(table)
+        if not pk:
+            raise CascadeError(f"table {table!r} has no primary key on {node}: add one first")
+    else:
+        states = _states(c)
+        _check_table_everywhere(c, states, table)
+        names = _subscription_order(states)
+    done = []
+    with _refusals():
+        for name in names:
+            done.append(TableState(name, table, ops.add_table(c.location(name), table)))
+    skipped = sorted(n for n in c.nodes if c.dead(n)) if everywhere else []
+    return TableAdded(table, done, skipped)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TableRemoved:
+    node: str
+    table: str
+    #: False: it was not replicated (nothing to do).
+    removed: bool
+    #: The node is the root: it no longer captures the table.
+    uncaptured: bool
+
+
+def remove_table(via: str, table: str, node: str) -> TableRemoved:
+    """Stop replicating ``table`` on ``node`` (its rows stay). At the root, stop capturing it,
+    which is refused while another live node replicates it."""
+    c = open_set(via)
+    with c.db(node) as db:
+        st = db.state()
+        root = st.role is Role.ROOT
+        if table not in db.tables():
+            db.columns(table)  # a table that does not exist is a typo, not a finished job
+            return TableRemoved(node, table, False, False)
+        if root:
+            # The other nodes would silently stop receiving its changes.
+            others = [
+                name
+                for name in sorted(c.nodes)
+                if name != node and not c.dead(name) and table in _tables_of(c, name)
+            ]
+            if others:
+                raise Refused(
+                    f"{table} is still replicated by {', '.join(others)}: remove it there first "
+                    "(the root stops capturing it)"
+                )
+        with db.transaction() as cur:
+            if root:
+                # A table dropped since took its capture triggers with it.
+                with contextlib.suppress(CascadeError):
+                    db.capture(cur, table, False)
+            db.set_table(cur, table, None)
+    return TableRemoved(node, table, True, root)
+
+
+def tables(via: str, node: str) -> dict[str, str]:
+    """The tables ``node`` replicates, with their state (copying, catching-up, ok)."""
+    return _tables_of(open_set(via), node)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Missing:
+    node: str
+    #: None: the node is the root (it has no provider).
+    provider: str | None
+    #: The tables the provider replicates and the node does not.
+    tables: list[str]
+
+
+def missing(via: str, node: str) -> Missing:
+    """The tables ``node``'s provider replicates that ``node`` does not (for add-table)."""
+    c = open_set(via)
+    with c.db(node) as db:
+        st = db.state()
+        mine = db.tables()
+    if st.provider is None:
+        return Missing(node, None, [])
+    return Missing(node, st.provider, sorted(set(_tables_of(c, st.provider)) - set(mine)))
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def parse_event_data(text: str) -> dict[str, Any]:
+    """An event's data given as JSON text: it must be an object."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CascadeError(f"data is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise CascadeError(f"data must be a JSON object, not {type(payload).__name__}")
+    return payload
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Emitted:
+    ev_id: int
+    type: str
+    root: str
+
+
+def emit(via: str, type_: str, data: dict[str, Any]) -> Emitted:
+    """Add a custom event at the set's live root; it travels with the next tick."""
+    if not type_ or type_ in ROW_TYPES or type_.startswith("baton."):
+        # Row types would be applied as row changes without a table, and baton.* types are
+        # the set's own (watermark, ticks).
+        raise CascadeError(
+            f"bad event type {type_!r}: I, U, D and baton.* are reserved, use your own name"
+        )
+    c = open_set(via)
+    root = manage.live_root(c)
+    if root is None:
+        raise Refused("no live root in the set: use failover")
+    with _refusals():
+        ev_id = ops.emit(c.location(root), type_, data)
+    return Emitted(ev_id, type_, root)
+
+
+# -- providers, tags, pause ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProviderChanged:
+    node: str
+    provider: str
+    previous: str | None
+    changed: bool
+
+
+def change_provider(via: str, node: str, provider: str) -> ProviderChanged:
+    """Make ``node`` receive from ``provider``; refused for the root, a leaf, dead or cycling
+    provider, or one that lacks ``node``'s tick (see :func:`candidates`)."""
+    c = open_set(via)
+    _known(c, node, provider)
+    if provider == node:
+        raise CascadeError(f"{node} cannot be its own provider")
+    with c.db(node) as db:
+        previous = db.state().provider
+    with _refusals():
+        manage.change_provider(c, node, provider)
+    return ProviderChanged(node, provider, previous, previous != provider)
+
+
+def candidates(via: str, node: str) -> list[str]:
+    """The nodes that can be ``node``'s provider now (no cycle, alive, still have its tick)."""
+    c = open_set(via)
+    with c.db(node) as db:
+        if db.state().role is Role.ROOT:
+            raise Refused(f"{node} is the root: it has no provider (use switchover)")
+    return manage.candidates(c, node)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tagged:
+    node: str
+    dead: bool
+    #: Members whose node list could not be updated: run it again when they are back.
+    not_reached: list[str]
+
+
+def tag(via: str, node: str, dead: bool) -> Tagged:
+    """Tag ``node`` dead (or alive) in every reachable node list."""
+    c = open_set(via)
+    _known(c, node)
+    with _refusals():
+        missed = [n for n in manage.tag(c, node, dead) if n != node]
+    return Tagged(node, dead, missed)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Paused:
+    node: str
+    paused: bool
+
+
+def set_paused(via: str, node: str, paused: bool) -> Paused:
+    """Pause (or resume) ``node``'s worker: it applies nothing while paused."""
+    c = open_set(via)
+    _known(c, node)
+    manage.set_paused(c, node, paused)
+    return Paused(node, paused)
+
+
+# -- switchover, failover, resurrect ------------------------------------------------------------
+
+
+class _WaitTimeout(Exception):
+    """The switchover's condition did not hold within the timeout."""
+
+
+def _poll(condition: Callable[[], bool], timeout: float) -> None:
+    """Wait for ``condition``, checking it every :data:`POLL` seconds, until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise _WaitTimeout
+        time.sleep(POLL)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Switched:
+    new_root: str
+    #: The root before (None if there was none).
+    old_root: str | None
+    #: The switch tick: the new root is the root from it.
+    tick: int
+    already: bool
+
+
+def switchover(via: str, new_root: str, timeout: float = 60.0) -> Switched:
+    """Planned: the branch ``new_root`` becomes the root, the old root its branch (nothing
+    lost). Waits up to ``timeout`` seconds for ``new_root``'s worker to apply the switch tick;
+    raises :class:`NotFinished` if it did not (the old root no longer captures: run it again)."""
+    if not timeout > 0:
+        raise CascadeError(f"bad timeout {timeout!r}: give a number of seconds above 0")
+    c = open_set(via)
+    _known(c, new_root)  # unknown names first, with the known ones
+    old = manage.live_root(c)
+    try:
+        with _refusals():
+            tick = manage.switchover(c, new_root, _poll, timeout)
+    except _WaitTimeout:
+        with c.db(old or new_root) as db:
+            switch = db.get_local("switch_tick") or "?"
+        raise NotFinished(
+            f"switchover to {new_root} not finished: it did not apply switch tick {switch} "
+            f"within {timeout:g}s (is its worker running?); {old} no longer captures changes: "
+            "run the same switchover again to finish it"
+        ) from None
+    return Switched(new_root, old, tick, old == new_root)
+
+
+def _check_failover(c: manage.Cascade, dead_root: str) -> None:
+    """Refuse a failover that would tag a node dead for nothing: ``manage.failover`` tags first
+    and asks questions later."""
+    location = c.location(dead_root)
+    if c.dead(dead_root):
+        return  # tagged already: a re-run (or the operator tagged it), failover finishes the job
+    try:
+        with open_node_db(location) as db:
+            role: Role | None = db.state().role
+    except CascadeError:
+        role = None  # unreachable, as a dead root usually is
+    if role is not None and role is not Role.ROOT:
+        raise Refused(f"{dead_root} is a {role}, not the root: use tag-dead for it")
+    other = manage.live_root(c, exclude=dead_root)
+    if other is not None:
+        raise Refused(f"{dead_root} is not the root ({other} is): use tag-dead for it")
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == dead_root:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                if db.state().role.carries_queue and db.last_tick() is not None:
+                    return
+        except CascadeError:
+            continue
+    raise Refused("no live branch carries the queue: nothing can become the root")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailedOver:
+    dead_root: str
+    new_root: str
+    #: The new root's last tick when promoted: the set goes on from it.
+    fork: int
+    #: One line per node that needs attention.
+    notes: list[str]
+
+
+def failover(via: str, dead_root: str) -> FailedOver:
+    """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live branch with the highest
+    tick and redirect the nodes that received from ``dead_root``."""
+    c = open_set(via)
+    _check_failover(c, dead_root)
+    with _refusals():
+        new_root, fork, notes = manage.failover(c, dead_root)
+    return FailedOver(dead_root, new_root, fork, notes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resurrected:
+    node: str
+    #: Its provider now: the current root.
+    provider: str | None
+    #: The fork tick, where it goes on from.
+    fork: int
+    #: Events saved to ``file`` by this run (0 on a re-run: the file is kept).
+    saved: int
+    file: str
+
+
+def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
+    """``old_root`` came back after a failover: save the events it had after the fork to
+    ``save`` (JSON lines, a file on this host), and make it a branch of the current root."""
+    c = open_set(via)
+    _known(c, old_root)
+    if not save.parent.is_dir():
+        raise CascadeError(f"{save}: directory {save.parent} does not exist")
+    if save.is_dir():
+        raise CascadeError(f"{save} is a directory: give a file name")
+    with _refusals():
+        saved = manage.resurrect(c, old_root, save)
+    with c.db(old_root) as db:
+        st = db.state()
+    return Resurrected(old_root, st.provider, st.position, saved, str(save))
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def member_dict(m: manage.Member) -> dict[str, Any]:
+    """A member as JSON carries it (its location without a password)."""
+    out = dataclasses.asdict(m)
+    out["location"] = redact_url(m.location)
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SetStatus:
+    set_name: str
+    #: The live root (None: use failover).
+    root: str | None
+    global_watermark: int | None
+    members: list[manage.Member]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "set": self.set_name,
+            "root": self.root,
+            "global_watermark": self.global_watermark,
+            "members": [member_dict(m) for m in self.members],
+        }
+
+
+def members(via: str) -> tuple[str, list[manage.Member]]:
+    """The set's name and every member: role, provider, position, lag (ticks and seconds),
+    paused, dead, reachable, tables."""
+    c = open_set(via)
+    return c.set_name, manage.members(c)
+
+
+def status(via: str) -> SetStatus:
+    """The set: its live root, global watermark and members."""
+    c = open_set(via)
+    found = manage.members(c)
+    root = next((m.name for m in found if m.role == Role.ROOT and not m.dead and m.reachable), None)
+    watermark = None
+    if root is not None:
+        with c.db(root) as db:
+            watermark = db.state().global_watermark
+    return SetStatus(c.set_name, root, watermark, found)
+
+
+# -- check -------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON can carry it the same way from either backend."""
+    if isinstance(value, bool):
+        return int(value)  # SQLite has no booleans: PostgreSQL's true is SQLite's 1
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    return value
+
+
+def _digest(db: NodeDB, table: str) -> tuple[int, int]:
+    """(rows, checksum) of ``table``: the sum modulo 2**64 of a hash of each row as JSON with
+    its column names, so the order of rows and of columns does not matter."""
+    cols, _ = db.columns(table)
+    total = 0
+    rows = db.read_rows(table)
+    for row in rows:
+        record = {c: _plain(v) for c, v in zip(cols, row, strict=True)}
+        text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        total = (total + int.from_bytes(digest, "big")) % 2**64
+    return len(rows), total
+
+
+def _position(db: NodeDB, st: NodeState) -> int:
+    """The tick a node's tables reflect: a root's are current up to its last tick."""
+    if st.role is Role.ROOT:
+        last = db.last_tick()
+        return last.tick_id if last else 0
+    return st.position
+
+
+def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
+    """Compare ``node``'s rows with its provider's (row count and checksum) for each table it
+    replicates, or only ``table``: ``{"node", "position", "provider", "provider_position",
+    "equal", "tables"}``. A node behind its provider differs until it catches up."""
+    c = open_set(via)
+    results: dict[str, dict[str, Any]] = {}
+    with c.db(node) as db:
+        st = db.state()
+        if st.provider is None:
+            raise Refused(f"{node} is the root: it has no provider to compare with")
+        mine = db.tables()
+        if table is not None and table not in mine:
+            raise CascadeError(f"{node} does not replicate {table!r} (see 'tables')")
+        names = [table] if table is not None else sorted(mine)
+        provider = st.provider
+        with c.db(provider) as pdb:
+            pst = pdb.state()
+            theirs = pdb.tables()
+            position, provider_position = _position(db, st), _position(pdb, pst)
+            for name in names:
+                rows, checksum = _digest(db, name)
+                entry: dict[str, Any] = {"state": mine[name], "rows": rows}
+                if name in theirs:
+                    prows, pchecksum = _digest(pdb, name)
+                    entry |= {"provider_rows": prows,
+                              "equal": (rows, checksum) == (prows, pchecksum)}  # fmt: skip
+                else:
+                    entry |= {"provider_rows": None, "equal": False}
+                results[name] = entry
+    return {
+        "node": node,
+        "position": position,
+        "provider": provider,
+        "provider_position": provider_position,
+        "equal": all(r["equal"] for r in results.values()),
+        "tables": results,
+    }
+
+
+__all__ = [
+    "NAME_PATTERN",
+    "POLL",
+    "Created",
+    "Emitted",
+    "FailedOver",
+    "Kind",
+    "Missing",
+    "NotFinished",
+    "Paused",
+    "ProviderChanged",
+    "Refused",
+    "Resurrected",
+    "SetStatus",
+    "TableAdded",
+    "TableRemoved",
+    "TableState",
+    "Tagged",
+    "add_table",
+    "candidates",
+    "change_provider",
+    "check",
+    "classify",
+    "create_root",
+    "create_subscriber",
+    "emit",
+    "existing",
+    "failover",
+    "member_dict",
+    "members",
+    "missing",
+    "normalise",
+    "one_line",
+    "open_set",
+    "parse_event_data",
+    "remove_table",
+    "resurrect",
+    "set_paused",
+    "status",
+    "switchover",
+    "tables",
+    "tag",
+]

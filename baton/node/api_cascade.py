@@ -1,0 +1,314 @@
+"""The cascade operations in the node's HTTP API, under ``/v1/cascade``: one route per
+``baton cascade`` command, running the same code (:mod:`baton.cascade.commands`).
+
+Changes are POSTs with a JSON body, reads are GETs with query parameters; both refuse unknown
+fields (422). A set is found through ``via``: the location of any of its members, as the CLI's
+``--via``. Locations are read on the node's host: SQLite paths are files of that host (a
+relative one is taken from the agent's working directory; give absolute paths).
+
+Errors are ``{"detail": "<one line>"}``: 400 for bad input, 409 when the set's state refuses
+the operation (a cycle, a dead provider, no live root, a switchover not finished within its
+timeout: run it again), 503 when a node database cannot be reached. Both 400 and 409 change
+nothing. Passwords in locations are never shown, in these errors or in 422 validation errors.
+Every operation is resumable, as the CLI's: send the same request again to finish it.
+
+Node databases are synchronous code: each operation runs in a thread. An operation goes on to
+its end even if the client disconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import asdict
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response, params
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from baton.cascade import commands
+from baton.cascade.model import Role
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: The status code of each kind of error (see :func:`baton.cascade.commands.classify`).
+STATUS = {"input": 400, "refused": 409, "unfinished": 409, "unreachable": 503}
+
+NodeName = Annotated[str, Field(pattern=commands.NAME_PATTERN, examples=["s1"])]
+Location = Annotated[str, Field(min_length=1, max_length=4096)]
+TableName = Annotated[str, Field(min_length=1, max_length=128, examples=["accounts"])]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OnSet(_Body):
+    via: Location = Field(description="The location of any member of the set.")
+
+
+class CreateRoot(_Body):
+    name: NodeName
+    location: Location
+    set: NodeName = Field(description="The name of the new set.")
+
+
+class CreateSubscriber(OnSet):
+    name: NodeName
+    location: Location
+    provider: NodeName
+
+
+class AddTable(OnSet):
+    """Give ``node`` or ``all`` (every live node, the root first)."""
+
+    table: TableName
+    node: NodeName | None = None
+    all: bool = False
+
+
+class RemoveTable(OnSet):
+    table: TableName
+    node: NodeName
+
+
+class Emit(OnSet):
+    type: str = Field(min_length=1, max_length=200, description="Not I, U, D nor baton.*")
+    data: dict[str, Any] = Field(default_factory=dict, description="A JSON object.")
+
+
+class ChangeProvider(OnSet):
+    node: NodeName
+    provider: NodeName
+
+
+class OnNode(OnSet):
+    node: NodeName
+
+
+class Switchover(OnSet):
+    new_root: NodeName
+    timeout: float = Field(
+        60.0, gt=0, le=3600, description="Seconds to wait for new_root to apply the switch tick."
+    )
+
+
+class Failover(OnSet):
+    dead_root: NodeName
+
+
+class Resurrect(OnSet):
+    old_root: NodeName
+    save: str = Field(
+        min_length=2,
+        max_length=4096,
+        description="Absolute path of a file ON THE NODE'S HOST for the old root's events "
+        "after the fork (JSON lines); its directory must exist.",
+    )
+
+    @field_validator("save")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not PurePosixPath(value).is_absolute() or "\x00" in value:
+            raise ValueError("give an absolute path on the node's host")
+        return value
+
+
+class SetQuery(_Body):
+    via: Location
+
+
+class NodeQuery(SetQuery):
+    node: NodeName
+
+
+class CheckQuery(NodeQuery):
+    table: TableName | None = None
+
+
+class _RedactedValidation(APIRoute):
+    """422s without the rejected input (FastAPI echoes it, and a location may hold a
+    password): each error's place, message and type only."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                errors = [
+                    {
+                        "loc": list(e.get("loc", ())),
+                        "msg": commands.one_line(str(e.get("msg", ""))),
+                        "type": e.get("type", ""),
+                    }
+                    for e in exc.errors()
+                ]
+                return JSONResponse({"detail": errors}, status_code=422)
+
+        return handle
+
+
+async def _run(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``fn`` in a thread; its errors as ``{"detail": "<one line>"}`` with 400, 409 or 503."""
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except Exception as exc:
+        found = commands.classify(exc)
+        if found is None:
+            raise  # a bug: a 500 without detail
+        kind, message = found
+        raise HTTPException(STATUS[kind], message) from None
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "bad input: nothing was changed"},
+    409: {
+        "description": "the set's state refuses it (nothing was changed), or a switchover "
+        "did not finish within its timeout (send it again)"
+    },
+    503: {"description": "a node database cannot be reached"},
+}
+
+
+def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
+    """The ``/v1/cascade`` routes, each behind ``auth`` (the cluster token)."""
+    router = APIRouter(
+        prefix="/v1/cascade",
+        tags=["cascade"],
+        dependencies=list(auth),
+        responses=_ERRORS,
+        route_class=_RedactedValidation,
+    )
+
+    # -- creating nodes ----------------------------------------------------------------------
+
+    @router.post("/create-root")
+    async def create_root(body: CreateRoot) -> dict[str, Any]:
+        """Make the database at ``location`` the root ``name`` of a new set."""
+        return asdict(await _run(commands.create_root, body.name, body.location, body.set))
+
+    @router.post("/create-branch")
+    async def create_branch(body: CreateSubscriber) -> dict[str, Any]:
+        """Add the branch ``name`` at ``location``, receiving from ``provider``."""
+        r = await _run(commands.create_subscriber, Role.BRANCH, body.name, body.location,
+                       body.provider, body.via)  # fmt: skip
+        return asdict(r)
+
+    @router.post("/create-leaf")
+    async def create_leaf(body: CreateSubscriber) -> dict[str, Any]:
+        """Add the leaf ``name`` at ``location``, receiving from ``provider``."""
+        r = await _run(commands.create_subscriber, Role.LEAF, body.name, body.location,
+                       body.provider, body.via)  # fmt: skip
+        return asdict(r)
+
+    # -- tables ------------------------------------------------------------------------------
+
+    @router.post("/add-table")
+    async def add_table(body: AddTable) -> dict[str, Any]:
+        """Replicate ``table`` on ``node`` or on ``all`` live nodes. The root captures it;
+        elsewhere it is registered as ``copying`` and the node's worker copies it."""
+        return asdict(await _run(commands.add_table, body.via, body.table, body.node, body.all))
+
+    @router.post("/remove-table")
+    async def remove_table(body: RemoveTable) -> dict[str, Any]:
+        """Stop replicating ``table`` on ``node`` (its rows stay); the root last."""
+        return asdict(await _run(commands.remove_table, body.via, body.table, body.node))
+
+    @router.get("/tables")
+    async def tables(q: Annotated[NodeQuery, Query()]) -> dict[str, str]:
+        """The tables ``node`` replicates and their state (copying, catching-up, ok)."""
+        return await _run(commands.tables, q.via, q.node)
+
+    @router.get("/missing")
+    async def missing(q: Annotated[NodeQuery, Query()]) -> dict[str, Any]:
+        """The tables ``node``'s provider replicates and ``node`` does not."""
+        return asdict(await _run(commands.missing, q.via, q.node))
+
+    # -- events ------------------------------------------------------------------------------
+
+    @router.post("/emit")
+    async def emit(body: Emit) -> dict[str, Any]:
+        """Add a custom event at the live root; it travels with the next tick."""
+        return asdict(await _run(commands.emit, body.via, body.type, body.data))
+
+    # -- providers, tags, pause --------------------------------------------------------------
+
+    @router.post("/change-provider")
+    async def change_provider(body: ChangeProvider) -> dict[str, Any]:
+        """Make ``node`` receive from ``provider`` (see candidates)."""
+        return asdict(await _run(commands.change_provider, body.via, body.node, body.provider))
+
+    @router.get("/candidates")
+    async def candidates(q: Annotated[NodeQuery, Query()]) -> list[str]:
+        """The nodes that can be ``node``'s provider now."""
+        return await _run(commands.candidates, q.via, q.node)
+
+    @router.post("/tag-dead")
+    async def tag_dead(body: OnNode) -> dict[str, Any]:
+        """Tag ``node`` dead in every reachable node list (``not_reached``: send it again)."""
+        return asdict(await _run(commands.tag, body.via, body.node, True))
+
+    @router.post("/tag-alive")
+    async def tag_alive(body: OnNode) -> dict[str, Any]:
+        """Tag ``node`` alive again in every reachable node list."""
+        return asdict(await _run(commands.tag, body.via, body.node, False))
+
+    @router.post("/pause")
+    async def pause(body: OnNode) -> dict[str, Any]:
+        """Pause ``node``'s worker: it applies nothing until resume."""
+        return asdict(await _run(commands.set_paused, body.via, body.node, True))
+
+    @router.post("/resume")
+    async def resume(body: OnNode) -> dict[str, Any]:
+        """Resume ``node``'s worker."""
+        return asdict(await _run(commands.set_paused, body.via, body.node, False))
+
+    # -- switchover, failover, resurrect -----------------------------------------------------
+
+    @router.post("/switchover")
+    async def switchover(body: Switchover) -> dict[str, Any]:
+        """Planned: the branch ``new_root`` becomes the root. Waits up to ``timeout`` seconds
+        for its worker; 409 if it did not finish (send the same request again)."""
+        return asdict(await _run(commands.switchover, body.via, body.new_root, body.timeout))
+
+    @router.post("/failover")
+    async def failover(body: Failover) -> dict[str, Any]:
+        """Unplanned: ``dead_root`` is gone; promote the live branch with the highest tick."""
+        return asdict(await _run(commands.failover, body.via, body.dead_root))
+
+    @router.post("/resurrect")
+    async def resurrect(body: Resurrect) -> dict[str, Any]:
+        """``old_root`` came back after a failover: save the events it had after the fork to
+        ``save``, a file on the node's host (not the client's), and make it a branch."""
+        return asdict(await _run(commands.resurrect, body.via, body.old_root, Path(body.save)))
+
+    # -- status ------------------------------------------------------------------------------
+
+    @router.get("/status")
+    async def status(q: Annotated[SetQuery, Query()]) -> dict[str, Any]:
+        """The set's name, live root, global watermark and members (as ``members``)."""
+        return (await _run(commands.status, q.via)).as_dict()
+
+    @router.get("/members")
+    async def members(q: Annotated[SetQuery, Query()]) -> list[dict[str, Any]]:
+        """Every member: name, location, role, provider, position, lag_ticks, lag_seconds,
+        paused, dead, reachable, tables."""
+        _, found = await _run(commands.members, q.via)
+        return [commands.member_dict(m) for m in found]
+
+    @router.get("/check")
+    async def check(q: Annotated[CheckQuery, Query()]) -> dict[str, Any]:
+        """Compare ``node``'s rows with its provider's, per table (or only ``table``)."""
+        return await _run(commands.check, q.via, q.node, q.table)
+
+    return router
+
+
+__all__ = ["STATUS", "cascade_router"]

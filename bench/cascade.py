@@ -1,0 +1,362 @@
+"""The cascade benchmark: baton replicating the :mod:`bench.accounts_load` workload root ->
+branch -> leaf with its Spark workers, measured exactly as :mod:`bench.londiste` measures
+Londiste 3 + PgQ (run in the same process, on the same kind of PostgreSQL server, right after).
+
+Set-up: three node databases, on SQLite (files) or on one PostgreSQL 15 server (three
+databases); each node runs :class:`baton.cascade.service.NodeService` in a thread, as
+``baton cascade run`` does: the root's ticker with the default :class:`TickerConfig`, and one
+Spark Structured Streaming worker per subscriber, all in one local SparkSession (``local[*]``,
+JIT fully on: the quiet test settings that limit the JIT are for tests only).
+
+Measurements:
+
+1. **Throughput.** The branch and the leaf are paused (their queries stop; the root keeps
+   capturing and ticking), N changes are generated on the root, then both are resumed and we
+   time until the branch, and the leaf, equal the root. events/s = N / leaf time. The time
+   includes restarting the two streaming queries (about a second), so it is conservative.
+2. **Lag** at a steady 2,000 and 5,000 changes/s: p50/p99/max from a root commit to the first
+   probe that sees it on the leaf (:func:`bench.accounts_load.steady`).
+3. **Apply efficiency** (PostgreSQL): one large micro-batch (one tick over N changes) read with
+   ``format("baton")`` and applied by the sink (:func:`baton.spark.apply.apply_to`: reduce per
+   key, set-wise upsert and delete, position and epoch, one transaction), against a plain Spark
+   write of the same rows (the same reduction, JSON parsed by Spark, ``write.jdbc`` append into
+   an empty table) from the same source. efficiency = plain time / sink time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from baton.cascade import ops
+from baton.cascade.manage import Cascade, set_paused
+from baton.cascade.model import ROW_TYPES, Role
+from baton.cascade.nodedb import open_node_db
+from baton.cascade.service import NodeService
+from baton.testing.servers import PostgresServer
+from bench import accounts_load
+from bench.common import loadavg, temp_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+NODES = ("root", "branch", "leaf")
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+#: How often a subscriber's service checks its worker (restarts, pause); the ticker steps at
+#: its own period.
+CHECK_INTERVAL = 0.25
+
+
+def bench_session(directory: Path) -> SparkSession:
+    """A local SparkSession for benchmarks: quiet logs, but the JIT and GC at their defaults."""
+    from baton.spark.session import build_session
+
+    work = directory / "spark"
+    java = f"-Dlog4j2.configurationFile=file:{work / 'log4j2.properties'} -Djava.io.tmpdir={work}"
+    conf = {"spark.driver.extraJavaOptions": java, "spark.executor.extraJavaOptions": java}
+    if JDBC_JAR.exists():
+        conf["spark.jars"] = str(JDBC_JAR)
+    return build_session(quiet=True, work_dir=work, conf=conf, app_name="baton-bench")
+
+
+class BatonSet:
+    """root -> branch -> leaf on ``kind`` ("sqlite" or "postgres"), each node's service in a
+    thread."""
+
+    def __init__(
+        self, kind: str, directory: Path, spark: SparkSession, pg: PostgresServer | None = None
+    ) -> None:
+        self.kind = kind
+        self.spark = spark
+        if kind == "postgres":
+            assert pg is not None
+            base = pg.url.rsplit("/", 1)[0]
+            with psycopg.connect(pg.url, autocommit=True) as admin:
+                for n in NODES:
+                    admin.execute(f"DROP DATABASE IF EXISTS b_{n}")
+                    admin.execute(f"CREATE DATABASE b_{n}")
+            self.locations = {n: f"{base}/b_{n}" for n in NODES}
+        else:
+            self.locations = {n: f"sqlite://{directory / n}.db" for n in NODES}
+        self.services: dict[str, NodeService] = {}
+        self.threads: list[threading.Thread] = []
+        self.halt = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def target(self, node: str) -> str:
+        return self.locations[node]
+
+    def start(self) -> None:
+        loc = self.locations
+        for n in NODES:
+            accounts_load.create_table(loc[n])
+        ops.create_root("root", loc["root"], "B")
+        ops.create_subscriber(Role.BRANCH, "branch", loc["branch"], "root", loc["root"])
+        ops.create_subscriber(Role.LEAF, "leaf", loc["leaf"], "branch", loc["branch"])
+        for n in NODES:
+            if ops.add_table(loc[n], "accounts") == "copying":
+                ops.copy_table(loc[n], "accounts")  # empty: nothing for Spark to copy
+        for n in NODES:
+            service = NodeService(loc[n], epoch=1, spark=lambda: self.spark)
+            self.services[n] = service
+            interval = service.ticker.period if n == "root" else CHECK_INTERVAL
+            thread = threading.Thread(
+                target=self._run, args=(service, interval), daemon=True, name=f"bench-{n}"
+            )
+            thread.start()
+            self.threads.append(thread)
+
+    def _run(self, service: NodeService, interval: float) -> None:
+        while not self.halt.wait(interval):
+            try:
+                service.step()
+            except BaseException as exc:  # reported by check()
+                self.errors.append(exc)
+                return
+
+    def check(self) -> None:
+        if self.errors:
+            raise RuntimeError(f"a node service failed: {self.errors[0]}")
+
+    def pause(self, *nodes: str, paused: bool = True) -> None:
+        c = Cascade(self.locations["root"])
+        for n in nodes:
+            set_paused(c, n, paused)
+
+    def position(self, node: str) -> int:
+        with open_node_db(self.locations[node]) as db:
+            return db.state().position
+
+    def stop(self) -> None:
+        self.halt.set()
+        for t in self.threads:
+            t.join(timeout=60)
+        for service in self.services.values():
+            service.stop()
+
+
+@contextlib.contextmanager
+def baton_set(kind: str, directory: Path, spark: SparkSession) -> Iterator[BatonSet]:
+    with contextlib.ExitStack() as stack:
+        pg = None
+        if kind == "postgres":
+            pg = stack.enter_context(PostgresServer(directory / "pg"))
+        s = BatonSet(kind, directory, spark, pg)
+        try:
+            s.start()
+            yield s
+        finally:
+            s.stop()
+
+
+def _warm(s: BatonSet, timeout: float = 180) -> None:
+    """Wait until both workers run and the leaf applied a tick (the first micro-batch of a
+    Python source in a JVM starts its worker pools: seconds, not part of any measurement)."""
+    deadline = time.monotonic() + timeout
+    while s.position("leaf") < 2 or s.position("branch") < 2:
+        s.check()
+        if time.monotonic() > deadline:
+            raise TimeoutError("the cascade did not start applying")
+        time.sleep(0.1)
+
+
+def throughput(s: BatonSet, changes: int, seed: int) -> dict[str, float]:
+    """Generate ``changes`` on the root while the subscribers are paused, then resume them and
+    time until the branch and the leaf equal the root."""
+    s.pause("branch", "leaf")
+    t = time.monotonic()
+    accounts_load.generate(s.target("root"), changes, seed)
+    gen = time.monotonic() - t
+    timeout = max(600.0, changes / 500)
+    branch: list[float] = []
+    t0 = time.monotonic()
+    s.pause("branch", "leaf", paused=False)
+
+    def wait_branch() -> None:
+        with contextlib.suppress(TimeoutError):
+            branch.append(
+                accounts_load.wait_equal(s.target("root"), s.target("branch"), timeout, 0.2, t0)
+            )
+
+    waiter = threading.Thread(target=wait_branch, daemon=True)
+    waiter.start()
+    leaf = accounts_load.wait_equal(s.target("root"), s.target("leaf"), timeout, 0.2, t0)
+    waiter.join()
+    s.check()
+    branch_s = branch[0] if branch else float("nan")
+    return {
+        "changes": changes,
+        "generate_s": gen,
+        "generate_per_s": changes / gen,
+        "root_to_branch_s": branch_s,
+        "root_to_branch_per_s": changes / branch_s,
+        "root_to_leaf_s": leaf,
+        "events_per_s": changes / leaf,
+        "loadavg": loadavg(),
+    }
+
+
+def lag(s: BatonSet, rates: tuple[int, ...], seconds: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, rate in enumerate(rates):
+        accounts_load.wait_equal(s.target("root"), s.target("leaf"), 300)
+        result: dict[str, Any] = dict(
+            accounts_load.steady(s.target("root"), s.target("leaf"), rate, seconds, seed=10 + i)
+        )
+        result["loadavg"] = loadavg()
+        out[str(rate)] = result
+        s.check()
+    return out
+
+
+# -- apply efficiency -----------------------------------------------------------------------
+
+
+def _plain_write(df: DataFrame, jdbc_url: str, table: str) -> int:
+    """The same rows as the sink writes, written the plain Spark way: reduce per key (the same
+    window), parse the JSON row images with Spark, append over JDBC; the number of rows."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    schema = "id long, balance long, name string, updated_at double"
+    last_first = Window.partitionBy("ev_table", "ev_key").orderBy(F.col("ev_id").desc())
+    rows = (
+        df.where(F.col("ev_type").isin(*sorted(ROW_TYPES)))
+        .withColumn("_n", F.row_number().over(last_first))
+        .where((F.col("_n") == 1) & (F.col("ev_type") != "D"))
+        .select(F.from_json("ev_data", schema).alias("r"))
+        .select("r.*")
+    )
+    rows.write.jdbc(jdbc_url, table, mode="append", properties={"driver": "org.postgresql.Driver"})
+    return int(rows.count())
+
+
+def apply_efficiency(spark: SparkSession, directory: Path, changes: int) -> dict[str, Any]:
+    """One micro-batch of ``changes`` from a PostgreSQL root applied to a PostgreSQL leaf by
+    the sink, then the same source written plainly by Spark; both timed."""
+    from baton.spark.apply import apply_to
+
+    if not JDBC_JAR.exists():
+        raise RuntimeError(f"{JDBC_JAR} is missing: apt-get install libpostgresql-jdbc-java")
+    with PostgresServer(directory / "pg-eff") as pg:
+        base = pg.url.rsplit("/", 1)[0]
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            for n in ("e_root", "e_leaf"):
+                admin.execute(f"CREATE DATABASE {n}")
+        root, leaf = f"{base}/e_root", f"{base}/e_leaf"
+        for loc in (root, leaf):
+            accounts_load.create_table(loc)
+        with psycopg.connect(leaf, autocommit=True) as conn:
+            conn.execute("CREATE TABLE plain (LIKE accounts)")
+        ops.create_root("r", root, "E")
+        ops.create_subscriber(Role.LEAF, "l", leaf, "r", root)
+        ops.add_table(root, "accounts")
+        ops.add_table(leaf, "accounts")
+        ops.copy_table(leaf, "accounts")
+        with open_node_db(root) as db, db.transaction() as cur:
+            db.make_tick(cur)  # the leaf's start
+        accounts_load.generate(root, changes, seed=3)
+        with open_node_db(root) as db, db.transaction() as cur:
+            db.make_tick(cur)  # one batch over every change
+        port = pg.port
+        jdbc_url = f"jdbc:postgresql://127.0.0.1:{port}/e_leaf?user=postgres"
+        timings: dict[str, float] = {}
+        sink = apply_to(leaf, epoch=1)
+
+        def measure(df: DataFrame, batch_id: int) -> None:
+            if timings:
+                return
+            t0 = time.monotonic()
+            sink(df, batch_id)
+            t1 = time.monotonic()
+            timings["plain_rows"] = _plain_write(df, jdbc_url, "plain")
+            t2 = time.monotonic()
+            timings["sink_s"], timings["plain_s"] = t1 - t0, t2 - t1
+
+        query = (
+            spark.readStream.format("baton")
+            .option("provider", root)
+            .option("subscriber", leaf)
+            .load()
+            .writeStream.foreachBatch(measure)
+            .option("checkpointLocation", str(directory / "eff-checkpoint"))
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + max(300.0, changes / 1000)
+            while "sink_s" not in timings:
+                if not query.isActive:
+                    raise RuntimeError(f"the measuring query failed: {query.exception()}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the large micro-batch was not applied in time")
+                time.sleep(0.1)
+        finally:
+            query.stop()
+        equal = accounts_load.signature(root) == accounts_load.signature(leaf)
+        with psycopg.connect(leaf) as conn:
+            row = conn.execute("SELECT count(*) FROM plain").fetchone()
+        plain_rows = row[0] if row else 0
+    return {
+        "changes": changes,
+        "sink_s": timings["sink_s"],
+        "sink_changes_per_s": changes / timings["sink_s"],
+        "plain_s": timings["plain_s"],
+        "plain_rows": plain_rows,
+        "efficiency": timings["plain_s"] / timings["sink_s"],
+        "leaf_equals_root": equal,
+        "loadavg": loadavg(),
+    }
+
+
+# -- the whole benchmark -------------------------------------------------------------------
+
+
+def cascade_bench(
+    quick: bool, kinds: tuple[str, ...] = ("sqlite", "postgres"), efficiency: bool = True
+) -> dict[str, Any]:
+    """Throughput and lag on each of ``kinds``, then the apply efficiency; one Spark JVM."""
+    changes = 100_000 if quick else 1_000_000
+    seconds = 10.0 if quick else 30.0
+    out: dict[str, Any] = {"system": "baton", "quick": quick, "loadavg_start": loadavg()}
+    with temp_dir("cascade") as directory:
+        spark = bench_session(directory)
+        try:
+            for kind in kinds:
+                with baton_set(kind, directory / kind, spark) as s:
+                    _warm(s)
+                    result: dict[str, Any] = {"throughput": throughput(s, changes, seed=1)}
+                    result["lag"] = lag(s, (2000, 5000), seconds)
+                    result["leaf_equals_root"] = accounts_load.signature(
+                        s.target("leaf")
+                    ) == accounts_load.signature(s.target("root"))
+                    out[kind] = result
+            if efficiency:
+                out["efficiency"] = apply_efficiency(
+                    spark, directory, 100_000 if quick else 500_000
+                )
+        finally:
+            spark.stop()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.cascade", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="100,000 changes, 10 s lag runs")
+    parser.add_argument("--kind", action="append", choices=("sqlite", "postgres"))
+    parser.add_argument("--no-efficiency", action="store_true")
+    args = parser.parse_args(argv)
+    kinds = tuple(args.kind or ("sqlite", "postgres"))
+    result = cascade_bench(args.quick, kinds, not args.no_efficiency)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
