@@ -85,6 +85,7 @@ class BatonSet:
                     admin.execute(f"CREATE DATABASE b_{n}")
             self.locations = {n: f"{base}/b_{n}" for n in NODES}
         else:
+            directory.mkdir(parents=True, exist_ok=True)
             self.locations = {n: f"sqlite://{directory / n}.db" for n in NODES}
         self.services: dict[str, NodeService] = {}
         self.threads: list[threading.Thread] = []
@@ -352,7 +353,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="100,000 changes, 10 s lag runs")
     parser.add_argument("--kind", action="append", choices=("sqlite", "postgres"))
     parser.add_argument("--no-efficiency", action="store_true")
+    parser.add_argument("--verbose", action="store_true", help="log every micro-batch")
     args = parser.parse_args(argv)
+    if args.verbose:
+        import logging
+
+        from baton import logs
+
+        logs.setup(logging.WARNING)
+        logging.getLogger("baton.cascade").setLevel(logging.DEBUG)
     kinds = tuple(args.kind or ("sqlite", "postgres"))
     result = cascade_bench(args.quick, kinds, not args.no_efficiency)
     print(json.dumps(result, indent=2))

@@ -212,7 +212,7 @@ def open_node_db(location: str) -> NodeDB:
     if location.startswith(("postgresql:", "postgres:")):
         from baton.cascade.postgres_db import PostgresNodeDB
 
-        return PostgresNodeDB(location)
+        return PostgresNodeDB.open(location)
     raise CascadeError(
         f"bad node location {location.split('://', 1)[0]!r}: use sqlite:///path/node.db or "
         "postgresql://user@host/db"

@@ -50,7 +50,10 @@ import datetime
 import hashlib
 import json
 import math
+import os
 import re
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -292,6 +295,21 @@ class _Run:
         return next((t for t, snap in self.ticks if snap.visible(txid)), None)
 
 
+#: Idle connections kept per node location in one process, and for how long.
+POOL_SIZE = 4
+POOL_IDLE_SECONDS = 30.0
+_POOL: dict[str, list[tuple[PostgresNodeDB, float]]] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    # The child's copies of the parent's connections share its sockets: never use or close them.
+    _POOL.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
 class PostgresNodeDB(NodeDB):
     """A node database in PostgreSQL (``postgresql://user[:password]@host[:port]/db``), in the
     connection's default schema. See the module docstring for how batches are cut."""
@@ -300,6 +318,7 @@ class PostgresNodeDB(NodeDB):
         self.location = location
         self._shown = redact_url(location)
         self._reader: _Conn | None = None
+        self._pid = os.getpid()
         self.conn = self._connect()
         try:
             row = self.conn.execute("SELECT current_schema()").fetchone()
@@ -340,8 +359,50 @@ class PostgresNodeDB(NodeDB):
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
         return conn
 
+    @classmethod
+    def open(cls, location: str) -> PostgresNodeDB:
+        """An idle connection to ``location`` from this process's pool, or a new one."""
+        now = time.monotonic()
+        with _POOL_LOCK:
+            idle = _POOL.get(location, [])
+            while idle:
+                db, since = idle.pop()
+                if now - since < POOL_IDLE_SECONDS and db._healthy():
+                    break
+                db._close_connections()
+            else:
+                return cls(location)
+        try:
+            db.conn.execute("SELECT 1")  # a restarted server: find out here, not mid-operation
+        except psycopg.Error:
+            db._close_connections()
+            return cls(location)
+        return db
+
+    def _healthy(self) -> bool:
+        return (
+            self._pid == os.getpid()
+            and not self.conn.closed
+            and not self.conn.broken
+            and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        )
+
     def close(self) -> None:
-        """Close the connections (the reader's too)."""
+        """Give the connections back to the process's pool (at most :data:`POOL_SIZE` idle per
+        location), or close them. Opening a connection costs a PostgreSQL backend and several
+        round trips; the ticker, the Spark source and the apply step open a node many times a
+        second."""
+        if self._healthy():
+            with _POOL_LOCK:
+                idle = _POOL.setdefault(self.location, [])
+                if len(idle) < POOL_SIZE:
+                    idle.append((self, time.monotonic()))
+                    return
+        self._close_connections()
+
+    def _close_connections(self) -> None:
+        if self._pid != os.getpid():
+            return  # a forked child must not close its parent's sockets
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()
@@ -542,8 +603,8 @@ class PostgresNodeDB(NodeDB):
         if events:
             cur.execute(
                 "INSERT INTO baton_event (ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, "
-                "ev_data, ev_tick) SELECT * FROM unnest(%s::bigint[], %s::bigint[], "
-                "%s::float8[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[])",
+                "ev_data, ev_tick) SELECT * FROM unnest(%b::bigint[], %b::bigint[], "
+                "%b::float8[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[])",
                 [
                     [e.ev_id for e in events],
                     [e.txid for e in events],
@@ -558,7 +619,7 @@ class PostgresNodeDB(NodeDB):
         if ticks:
             cur.execute(
                 "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time) "
-                "SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::float8[])",
+                "SELECT * FROM unnest(%b::bigint[], %b::bigint[], %b::text[], %b::float8[])",
                 [
                     [t.tick_id for t in ticks],
                     [t.ev_high for t in ticks],
@@ -698,7 +759,9 @@ class PostgresNodeDB(NodeDB):
         }
         names = [_name(c) for c in columns] + ([sql.Identifier("baton_n")] if numbered else [])
         source = sql.SQL("unnest({}) {}AS {}({})").format(
-            sql.SQL(", ").join(sql.SQL("%s::text[]") for _ in columns),
+            # Binary parameters: psycopg escapes every element of a text-format array with a
+            # regular expression, which took most of an apply's time.
+            sql.SQL(", ").join(sql.SQL("%b::text[]") for _ in columns),
             sql.SQL("WITH ORDINALITY " if numbered else ""),
             a,
             sql.SQL(", ").join(names),

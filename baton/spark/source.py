@@ -13,6 +13,10 @@ Options:
                   checkpoint left elsewhere)
 ``startingTick``  without ``subscriber``: ``latest`` (default), ``earliest`` or a tick id
 ``maxTicks``      at most this many ticks per micro-batch (default 1000)
+``maxEvents``     a micro-batch ends at the first tick that takes it to about this many events
+                  (default 50000; at least one tick). Smaller micro-batches let the nodes of a
+                  cascade work at the same time (a leaf applies batch k while its branch
+                  applies k + 1) and bound the memory of one
 
 Columns: ``ev_id long, ev_tick long, ev_txid long, ev_time double, ev_type string,
 ev_table string, ev_key string, ev_data string`` (key and data are JSON objects as text).
@@ -89,6 +93,7 @@ class BatonStreamReader(DataSourceStreamReader):
         self.subscriber = _option(options, "subscriber")
         self.starting = _option(options, "startingTick") or "latest"
         self.max_ticks = int(_option(options, "maxTicks") or 1000)
+        self.max_events = int(_option(options, "maxEvents") or 50_000)
 
     def _db(self, location: str) -> Any:
         from baton.cascade.nodedb import open_node_db
@@ -109,10 +114,22 @@ class BatonStreamReader(DataSourceStreamReader):
             return {"tick": int(self.starting)}
 
     def latestOffset(self, start: dict[str, int], limit: Any = None) -> dict[str, int]:
+        begin = int(start["tick"])
         with self._db(self.provider) as db:
             last = db.last_tick()
-        latest = last.tick_id if last else 0
-        return {"tick": max(start["tick"], min(latest, start["tick"] + self.max_ticks))}
+            latest = last.tick_id if last else 0
+            end = max(begin, min(latest, begin + self.max_ticks))
+            if end > begin and last is not None and last.ev_high > self.max_events:
+                # Event ids grow with ticks (ev_high is the highest id a tick covers), so the
+                # id distance is about the number of events between two ticks.
+                ticks = db.ticks(max(begin - 1, 0), end)
+                low = 0 if begin == 0 else ticks[0].ev_high if ticks else None
+                if low is not None and (begin == 0 or ticks[0].tick_id == begin):
+                    for t in ticks:
+                        if t.tick_id > begin and t.ev_high - low >= self.max_events:
+                            end = t.tick_id
+                            break
+        return {"tick": end}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         return [TickRange(int(start["tick"]), int(end["tick"]))]
