@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from bench import groups, placement
+from bench import cascade_report, groups, placement
 from bench.common import Summary, ms, ratio, secs
 from bench.failover import FailoverResult
 from bench.groups import GroupRecoveryResult
@@ -41,6 +42,9 @@ class Results:
     idle: list[IdleResult] = field(default_factory=list)
     placement: list[PlacementResult] = field(default_factory=list)
     groups: list[GroupRecoveryResult] = field(default_factory=list)
+    #: bench.cascade.cascade_bench and bench.londiste.londiste_bench output (JSON-able).
+    cascade: dict[str, Any] | None = None
+    londiste: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -623,6 +627,8 @@ def summary_section(res: Results) -> list[str]:
             + "; ".join(parts)
             + "."
         )
+    if res.cascade:
+        out += cascade_report.summary(res.cascade, res.londiste)
     return out
 
 
@@ -692,7 +698,7 @@ def document(res: Results) -> str:
         "- `.venv/bin/python -m bench.run --quick`: 3 kills (failover, takeover, group "
         "recovery) and 10 handovers per backend, N up to 10k (about 2 minutes); prints only, "
         "unless `--output PATH`.",
-        "- `--only failover|etcd|handover|renewal|takeover|idle|placement|groups` "
+        "- `--only failover|etcd|handover|renewal|takeover|idle|placement|groups|cascade` "
         "(repeatable), `--backend sqlite|redis|postgres` (repeatable; `takeover` and `groups` "
         "run on SQLite unless backends are named, `placement` runs in-process on no backend), "
         "`--trials N`, `--wait-idle` (first wait up to 10 minutes for a load average below "
@@ -812,6 +818,8 @@ def document(res: Results) -> str:
         lines += placement_section(res)
     if res.groups:
         lines += groups_section(res)
+    if res.cascade:
+        lines += cascade_report.section(res.cascade, res.londiste)
     lines += [
         "## Notes",
         "",
@@ -844,6 +852,8 @@ def console(res: Results) -> str:
         lines += [*placement_moves_table(p), ""]
     if res.groups:
         lines += ["Group leader recovery:", *groups_table(res.groups), ""]
+    if res.cascade:
+        lines += ["Cascade:", *cascade_report.tables(res.cascade, res.londiste), ""]
     if res.errors:
         lines += ["Failed:", *[f"  {e}" for e in res.errors], ""]
     return "\n".join(lines)

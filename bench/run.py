@@ -12,6 +12,9 @@ Benchmarks (each starts its own servers in a temp dir and stops them, except ``p
 ``placement`` the pure placement function in-process (no servers, backend-independent): ``place``
               for 10k objects on 50 nodes, and its moves versus ``lower_bound`` when one of
               10 nodes is lost and returns
+``cascade``   cascaded replication root -> branch -> leaf: baton (SQLite and PostgreSQL, with
+              Spark) and Londiste 3 + PgQ as the reference (events/s, lag at 2k and 5k
+              changes/s, apply efficiency); about 12 minutes (3 with ``--quick``)
 ``groups``    group leader recovery: SIGKILL a node (not the controller) leading groups among
               5 ``baton node`` agents running 30 replicated objects, until those groups have a
               new leader nominated, leading and serving; on SQLite unless ``--backend`` is given
@@ -41,7 +44,9 @@ from bench.placement import placement_bench
 from bench.renewal import FULL_SIZES, QUICK_SIZES, renewal
 from bench.report import Results, console, document
 
-NAMES = ("failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups")
+NAMES = (
+    "failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups", "cascade",
+)  # fmt: skip
 DOC = REPO / "docs" / "benchmarks.md"
 #: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
 #: IDLE_WAIT seconds.
@@ -116,6 +121,16 @@ def _groups(res: Results, backend: str, trials: int) -> None:
     res.groups.append(group_recovery(backend, trials, say))
 
 
+def _cascade(res: Results, quick: bool) -> None:
+    from bench.cascade import cascade_bench
+    from bench.londiste import londiste_bench
+
+    res.cascade = cascade_bench(quick)
+    say(f"baton: {res.cascade}")
+    res.londiste = londiste_bench(quick)
+    say(f"londiste: {res.londiste}")
+
+
 def run(
     names: Sequence[str],
     backends: Sequence[str],
@@ -163,6 +178,8 @@ def run(
         for b in node_backends:
             what = f"group leader recovery on {b}"
             jobs.append((what, partial(_groups, res, b, recoveries)))
+    if "cascade" in names:
+        jobs.append(("cascaded replication, baton and Londiste 3", partial(_cascade, res, quick)))
     for what, job in jobs:
         _attempt(res, what, job)
     res.duration = time.monotonic() - started

@@ -1,0 +1,150 @@
+"""Section 9 of docs/benchmarks.md: cascaded replication, baton against Londiste 3 + PgQ
+(results of :func:`bench.cascade.cascade_bench` and :func:`bench.londiste.londiste_bench`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+#: Targets of the cascade issue.
+THROUGHPUT_RATIO_TARGET = 2.0
+LAG_P99_TARGET = 2.0
+EFFICIENCY_TARGET = 0.8
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _per_s(x: float) -> str:
+    return f"{x:,.0f}/s"
+
+
+def _lag(r: dict[str, Any]) -> str:
+    return f"{r['p50']:.3f} / {r['p99']:.3f} / {r['max']:.3f} s"
+
+
+def _ok(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def _systems(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    out = [(f"baton, {kind}", baton[kind]) for kind in ("sqlite", "postgres") if kind in baton]
+    if londiste:
+        out.append(("Londiste 3 + PgQ, postgres", londiste))
+    return out
+
+
+def summary(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
+    out: list[str] = []
+    pg = baton.get("postgres")
+    if pg and londiste:
+        ratio = pg["throughput"]["events_per_s"] / londiste["throughput"]["events_per_s"]
+        out.append(
+            f"- **Cascade throughput** (root -> branch -> leaf, PostgreSQL, target >= "
+            f"{THROUGHPUT_RATIO_TARGET:g}x Londiste 3): {_ok(ratio >= THROUGHPUT_RATIO_TARGET)}; "
+            f"baton {_per_s(pg['throughput']['events_per_s'])}, Londiste "
+            f"{_per_s(londiste['throughput']['events_per_s'])} ({ratio:.2f}x)."
+        )
+    for name, r in _systems(baton, None):
+        lag5 = r["lag"]["5000"]
+        out.append(
+            f"- **Cascade lag at 5,000 changes/s** ({name}, target p99 < {LAG_P99_TARGET:g} s): "
+            f"{_ok(lag5['p99'] < LAG_P99_TARGET)}; p50 {lag5['p50']:.3f} s, p99 "
+            f"{lag5['p99']:.3f} s."
+        )
+    eff = baton.get("efficiency")
+    if eff:
+        out.append(
+            f"- **Apply efficiency** (sink / plain Spark JDBC write, target >= "
+            f"{EFFICIENCY_TARGET:g}): {_ok(eff['efficiency'] >= EFFICIENCY_TARGET)}; "
+            f"{eff['efficiency']:.2f}."
+        )
+    return out
+
+
+def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
+    systems = _systems(baton, londiste)
+    lines = [
+        _row(["", "events/s root -> leaf", "root -> branch", "generate on the root", "load"]),
+        _row(["---"] * 5),
+    ]
+    for name, r in systems:
+        t = r["throughput"]
+        lines.append(
+            _row(
+                [
+                    name,
+                    f"**{_per_s(t['events_per_s'])}** ({t['root_to_leaf_s']:.1f} s)",
+                    f"{_per_s(t['root_to_branch_per_s'])} ({t['root_to_branch_s']:.1f} s)",
+                    f"{_per_s(t['generate_per_s'])}",
+                    f"{t['loadavg']:.1f}",
+                ]
+            )
+        )
+    lines += [
+        "",
+        _row(["lag p50 / p99 / max", "at 2,000 changes/s", "at 5,000 changes/s", "unseen"]),
+        _row(["---"] * 4),
+    ]
+    for name, r in systems:
+        lag = r["lag"]
+        unseen = sum(int(lag[k]["unseen"]) for k in lag)
+        lines.append(_row([name, _lag(lag["2000"]), _lag(lag["5000"]), str(unseen)]))
+    eff = baton.get("efficiency")
+    if eff:
+        lines += [
+            "",
+            _row(["apply efficiency", "time", "changes/s", "rows written"]),
+            _row(["---"] * 4),
+            _row(
+                [
+                    "baton sink (reduce, set-wise upsert/delete, position, epoch)",
+                    f"{eff['sink_s']:.2f} s",
+                    _per_s(eff["sink_changes_per_s"]),
+                    "upserts and deletes",
+                ]
+            ),
+            _row(
+                [
+                    "plain Spark write (same reduction, `from_json`, `write.jdbc`)",
+                    f"{eff['plain_s']:.2f} s",
+                    _per_s(eff["changes"] / eff["plain_s"]),
+                    f"{eff['plain_rows']:,} inserts",
+                ]
+            ),
+            "",
+            f"Efficiency (plain time / sink time): **{eff['efficiency']:.2f}**.",
+        ]
+    return lines
+
+
+def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
+    changes = baton.get("postgres", baton.get("sqlite", {})).get("throughput", {}).get("changes")
+    lines = [
+        "## 9. Cascaded replication (baton against Londiste 3 + PgQ)",
+        "",
+        "`python -m bench.run --only cascade` (or `python -m bench.cascade` and "
+        "`python -m bench.londiste`, each printing JSON). Workload (`bench/accounts_load.py`): "
+        "`accounts(id bigint primary key, balance bigint, name text, updated_at)`, about 70% "
+        "inserts, 20% updates and 10% deletes in transactions of 100 to 1,000 rows, every "
+        "change one row-level trigger event. Both systems run root -> branch -> leaf: baton with "
+        "its node services (the root's ticker, a Spark Structured Streaming worker per "
+        "subscriber, one local SparkSession); Londiste 3.11 with `pgqd` and one `londiste "
+        "worker` per node, tuned for low lag (see `bench/londiste.py`). Each PostgreSQL run "
+        "starts its own PostgreSQL 15 server with the same settings (fsync and synchronous "
+        "commit off) and puts the three node databases on it.",
+        "",
+        f"- **Throughput**: {changes:,} changes are written on the root while the branch and "
+        "leaf are stopped (baton: paused; Londiste: workers stopped), then both are started "
+        "and timed until the leaf's table equals the root's (count and checksum). baton's time "
+        "includes restarting two streaming queries (about a second).",
+        "- **Lag**: a writer commits 100-change transactions at a steady rate; a prober reads "
+        "the leaf's `max(id)` every 10 ms; lag is commit to first probe that sees it.",
+        "- **Apply efficiency** (PostgreSQL only): one micro-batch of every change applied by "
+        "baton's sink against a plain Spark write of the same rows from the same source.",
+        "",
+        *tables(baton, londiste),
+        "",
+    ]
+    return lines
