@@ -457,7 +457,9 @@ def resurrect(c: Cascade, old_root: str, out: Path) -> int:
         with db.transaction() as cur:
             for table in db.tables():
                 db.capture(cur, table, False)
-        lost = list(db.events_after(fork))
+        # The old root's own watermark events are bookkeeping, not changes: nothing is lost
+        # with them (the set's watermark moves on without them).
+        lost = [e for e in db.events_after(fork) if e.type != WATERMARK]
         if lost:  # a re-run after the discard finds none and keeps the file
             with out.open("w") as f:
                 for e in lost:

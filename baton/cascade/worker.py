@@ -2,7 +2,9 @@
 or leaf) applied from its provider, and reports its watermark upwards.
 
 The query reads ``format("baton")`` from the provider with the subscriber's stored position as
-its start and applies with :func:`baton.spark.apply.apply_to`. Its checkpoint is scratch (a
+its start and writes to the ``batonapply`` sink (:mod:`baton.spark.sink`), which applies each
+micro-batch in one fenced transaction and reports the node's watermark upwards; the worker
+reports it again at every :meth:`Worker.check`. Its checkpoint is scratch (a
 fresh directory per start): where to resume is the position in the subscriber's database, so a
 worker started on another host continues exactly where the data says. When the node's provider
 changes (``change-provider``, failover), the worker restarts its query on the new provider.
@@ -13,19 +15,16 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import threading
 import time
 import weakref
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from baton.cascade.apply import ApplyResult
+from baton.cascade.apply import report_watermark
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
-from baton.spark.apply import apply_to
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("baton.cascade")
@@ -54,16 +53,9 @@ class Worker:
         self.max_ticks = max_ticks
         self.query: StreamingQuery | None = None
         self.provider: str | None = None
-        self.applied = 0
-        self.last_result: ApplyResult | None = None
         self.error: BaseException | None = None
         self.failures = 0
         self._failed_at = -1
-        self._lock = threading.Lock()
-        #: Held while a micro-batch is applied; ``stop`` waits for it, because interrupting
-        #: Spark inside a foreachBatch call makes it fail noisily (and the batch is redone).
-        self._busy = threading.Lock()
-        self._stopping = threading.Event()
         self._scratch = Path(tempfile.mkdtemp(prefix="baton-worker-"))
         self._checkpoint: Path | None = None
         # Scratch only (the position lives in the node database): removed with the worker, or
@@ -81,8 +73,11 @@ class Worker:
         return st.provider, nodes[st.provider][0]
 
     def start(self) -> None:
+        from baton.spark.session import activate
+
         provider, location = self._provider_location()
         self.provider = provider
+        activate(self.spark)
         checkpoint = self._scratch / f"checkpoint-{time.monotonic_ns()}"
         self._checkpoint = checkpoint
         reader = (
@@ -93,9 +88,10 @@ class Worker:
             .load()
         )
         self.query = (
-            reader.writeStream.foreachBatch(
-                self._gated(apply_to(self.location, self.epoch, self._applied, provider))
-            )
+            reader.writeStream.format("batonapply")
+            .option("subscriber", self.location)
+            .option("epoch", str(self.epoch))
+            .option("provider", provider)
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=self.trigger)
             .queryName(f"baton-worker-{time.monotonic_ns()}")
@@ -103,34 +99,9 @@ class Worker:
         )
         log.info("worker started", extra={"location": self.location, "provider": provider})
 
-    def _gated(self, fn: Callable[[DataFrame, int], None]) -> Callable[[DataFrame, int], None]:
-        def run(df: DataFrame, batch_id: int) -> None:
-            if self._stopping.is_set():
-                return  # nothing applied: the next start resumes from the stored position
-            with self._busy:
-                fn(df, batch_id)
-
-        return run
-
-    def _applied(self, result: ApplyResult) -> None:
-        if result.detail in ("paused", "provider changed"):
-            self._stopping.set()  # skip what Spark planned past the position; check() restarts
-        with self._lock:
-            self.applied += int(result.applied)
-            self.last_result = result
-        self.report_watermark()
-
     def report_watermark(self) -> None:
         """Tell the provider the lowest tick this node and its subscribers have applied."""
-        with open_node_db(self.location) as db:
-            st = db.state()
-            marks = db.watermarks()
-        if st.provider is None:
-            return  # promoted meanwhile: a root reports to no one
-        mark = min([st.position, *marks.values()])
-        _, location = self._provider_location()
-        with open_node_db(location) as prov, prov.transaction() as cur:
-            prov.set_watermark(cur, st.name, mark)
+        report_watermark(self.location)
 
     def check(self) -> None:
         """Keep the query in line with the node: stopped while paused, restarted after a
@@ -155,35 +126,36 @@ class Worker:
         if self.query is None:
             self.start()
             return
+        if st.provider != self.provider:
+            # change-provider or failover: read again from the position stored in the node (a
+            # micro-batch read from the old provider is refused by the sink meanwhile).
+            log.info("worker restarts", extra={"provider": st.provider, "was": self.provider})
+            self.stop()
+            self.start()
+            return
         if not self.query.isActive:
             exc = self.query.exception()
             message = str(exc) if exc is not None else "stopped"
             self.query = None
             if "is stale" in message:
                 raise FencedOut(f"worker for {st.name} at epoch {self.epoch}: {message}")
-            self.failures = self.failures + 1 if st.position == self._failed_at else 1
-            self._failed_at = st.position
-            if self.failures > 3:
-                self.error = exc
-                raise CascadeError(f"worker for {st.name} keeps failing: {message}")
-            log.warning("worker query failed; restarting", extra={"error": message[:300]})
+            if "micro-batch not applied" not in message:  # paused or moved meanwhile: no fault
+                self.failures = self.failures + 1 if st.position == self._failed_at else 1
+                self._failed_at = st.position
+                if self.failures > 3:
+                    self.error = exc
+                    raise CascadeError(f"worker for {st.name} keeps failing: {message}")
+                log.warning("worker query failed; restarting", extra={"error": message[:300]})
             self.start()
             return
-        provider, _ = self._provider_location()
-        if provider != self.provider or self._stopping.is_set():
-            # A provider change, or batches skipped past the position while paused: read again
-            # from the position stored in the node.
-            log.info("worker restarts", extra={"provider": provider, "was": self.provider})
-            self.stop()
-            self.start()
+        self.report_watermark()
 
     def stop(self) -> None:
         if self.query is not None:
-            self._stopping.set()
-            with self._busy:  # let a batch being applied finish
-                self.query.stop()
+            # A micro-batch being applied is interrupted: its transaction rolls back, and the
+            # next start reads it again from the stored position.
+            self.query.stop()
             self.query = None
-            self._stopping.clear()
         if self._checkpoint is not None:
             shutil.rmtree(self._checkpoint, ignore_errors=True)  # the next start makes its own
             self._checkpoint = None

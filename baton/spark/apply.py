@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from baton.cascade.apply import ApplyResult, apply_batch
 from baton.cascade.model import ROW_TYPES, TICK_ROW, Event, Tick
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.nodedb import CascadeError, open_node_db
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,6 +47,50 @@ def _events(table: pa.Table) -> list[Event]:
     return list(map(Event._make, zip(*columns, strict=True)))
 
 
+def apply_arrow(
+    table: pa.Table, subscriber: str, epoch: int, provider: str | None, whole: bool = False
+) -> ApplyResult | None:
+    """Apply one micro-batch given as an Arrow table of the source's columns (plus ``_last``,
+    marking each key's last row event, when Spark computed it; otherwise it is computed here).
+    ``whole``: the table must hold every event of the micro-batch (a leaf's may hold only the
+    marked rows). None when the table holds no tick (an empty micro-batch)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    with open_node_db(subscriber) as db:
+        carries = db.state().role.carries_queue
+    is_tick = pc.equal(table.column("ev_type"), TICK_ROW)
+    tick_table = table.filter(is_tick)
+    if tick_table.num_rows == 0:
+        return None
+    datas = [json.loads(d) for d in tick_table.column("ev_data").to_pylist()]
+    ticks = sorted(
+        (
+            Tick(tick_id, **_tick_fields(d))
+            for tick_id, d in zip(tick_table.column("ev_tick").to_pylist(), datas, strict=True)
+        ),
+        key=lambda t: t.tick_id,
+    )
+    rest = table.filter(pc.invert(is_tick))
+    if whole and "events" in datas[0] and rest.num_rows != int(datas[0]["events"]):
+        raise CascadeError(
+            f"micro-batch ending at tick {ticks[-1].tick_id} came in parts ({rest.num_rows} of "
+            f"{datas[0]['events']} events): read it without repartitioning; nothing applied"
+        )
+    rows = pc.is_in(rest.column("ev_type"), value_set=pa.array(sorted(ROW_TYPES)))
+    if "_last" in rest.column_names:
+        last = pc.fill_null(rest.column("_last"), False)
+    else:
+        # Each key's last row event: the highest id per (table, key), a hash aggregation.
+        row_events = rest.filter(rows)
+        top = row_events.group_by(["ev_table", "ev_key"]).aggregate([("ev_id", "max")])
+        last = pc.and_(rows, pc.is_in(rest.column("ev_id"), value_set=top.column("ev_id_max")))
+    reduced = _events(rest.filter(last))
+    events = _events(rest if carries else rest.filter(pc.invert(rows)))
+    with open_node_db(subscriber) as db:
+        return apply_batch(db, ticks, reduced, events, epoch, provider=provider)
+
+
 def apply_to(
     subscriber: str,
     epoch: int,
@@ -58,8 +102,6 @@ def apply_to(
     ``provider`` (the node read from) must still be the subscriber's provider at commit."""
 
     def apply_micro_batch(df: DataFrame, batch_id: int) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -78,35 +120,14 @@ def apply_to(
             marked = marked.where(F.col("_last") | ~row_event)
         table = marked.toArrow()
         collected = time.monotonic()
-        is_tick = pc.equal(table.column("ev_type"), TICK_ROW)
-        tick_table = table.filter(is_tick)
-        if tick_table.num_rows == 0:
+        result = apply_arrow(table, subscriber, epoch, provider)
+        if result is None:
             return
-        ticks = sorted(
-            (
-                Tick(tick_id, **_tick_fields(data))
-                for tick_id, data in zip(
-                    tick_table.column("ev_tick").to_pylist(),
-                    tick_table.column("ev_data").to_pylist(),
-                    strict=True,
-                )
-            ),
-            key=lambda t: t.tick_id,
-        )
-        rest = table.filter(pc.invert(is_tick))
-        reduced = _events(rest.filter(pc.fill_null(rest.column("_last"), False)))
-        if not carries:
-            rows = pc.is_in(rest.column("ev_type"), value_set=pa.array(sorted(ROW_TYPES)))
-            rest = rest.filter(pc.invert(rows))
-        events = _events(rest)
-        with open_node_db(subscriber) as db:
-            result = apply_batch(db, ticks, reduced, events, epoch, provider=provider)
         log.debug(
             "micro-batch",
             extra={
                 "node": subscriber,
-                "ticks": len(ticks),
-                "events": table.num_rows - len(ticks),
+                "events": result.events,
                 "spark_s": round(collected - started, 3),
                 "apply_s": round(time.monotonic() - collected, 3),
             },
@@ -117,6 +138,5 @@ def apply_to(
     return apply_micro_batch
 
 
-def _tick_fields(data: str) -> dict[str, Any]:
-    d = json.loads(data)
+def _tick_fields(d: dict[str, Any]) -> dict[str, Any]:
     return {"ev_high": int(d["ev_high"]), "time": float(d["time"]), "snapshot": d.get("snapshot")}

@@ -83,7 +83,22 @@ def build_session(
 
 
 def register(session: SparkSession) -> None:
-    """Make ``format("baton")`` available in ``session``."""
+    """Make ``format("baton")`` (the source) and ``format("batonapply")`` (the apply sink)
+    available in ``session``."""
+    from baton.spark.sink import BatonApplySink
     from baton.spark.source import BatonSource
 
     session.dataSource.register(BatonSource)
+    session.dataSource.register(BatonApplySink)
+
+
+def activate(session: SparkSession) -> None:
+    """Make ``session`` the JVM's active session in this thread. Spark 4.3 resolves a Python
+    data source *sink* (``writeStream.format("batonapply")``) through the calling thread's
+    active session, and a thread other than the one that built the session has none: without
+    this, a worker started from a service thread fails with DATA_SOURCE_NOT_FOUND. (PySpark's
+    own ``createDataFrame`` does the same.) Spark Connect sessions need nothing."""
+    jvm = getattr(session, "_jvm", None)
+    jsession = getattr(session, "_jsparkSession", None)
+    if jvm is not None and jsession is not None:
+        jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)

@@ -2,8 +2,9 @@
 
 Each micro-batch is a whole number of queue batches: offsets are tick ids (``{"tick": N}``) and
 a micro-batch reads the events of the ticks after its start up to its end, in event-id order,
-plus one row per tick (type ``baton.tick``, data ``{"ev_high", "time", "snapshot"}``) so that a
-sink knows every tick the micro-batch covers, even a tick with no events.
+plus one row per tick (type ``baton.tick``, data ``{"ev_high", "time", "snapshot", "events"}``,
+``events`` being the micro-batch's number of events) so that a sink knows every tick the
+micro-batch covers, even a tick with no events, and can check it holds every event.
 
 Options:
 
@@ -45,8 +46,10 @@ _TYPES = ("int64", "int64", "int64", "float64", "string", "string", "string", "s
 _NAMES = ("ev_id", "ev_tick", "ev_txid", "ev_time", "ev_type", "ev_table", "ev_key", "ev_data")
 
 
-def _tick_data(t: Any) -> str:
-    return json.dumps({"ev_high": t.ev_high, "time": t.time, "snapshot": t.snapshot})
+def _tick_data(t: Any, events: int) -> str:
+    return json.dumps(
+        {"ev_high": t.ev_high, "time": t.time, "snapshot": t.snapshot, "events": events}
+    )
 
 
 def _record_batch(pa: Any, rows: list[tuple[Any, ...]]) -> Any:
@@ -156,16 +159,21 @@ class BatonStreamReader(DataSourceStreamReader):
                     f"(has up to {have}): trimmed or not a provider"
                 )
             # Arrow record batches, not tuples: several times cheaper to hand to the JVM.
-            rows: list[tuple[Any, ...]] = [
-                (0, t.tick_id, 0, t.time, TICK_ROW, None, None, _tick_data(t)) for t in ticks
-            ]
+            rows: list[tuple[Any, ...]] = []
+            count = 0
             for e in db.batch_events(partition.start, partition.end):
                 rows.append((e.ev_id, e.tick, e.txid, e.time, e.type, e.table, e.key, e.data))
                 if len(rows) >= ARROW_ROWS:
+                    count += len(rows)
                     yield _record_batch(pa, rows)
                     rows = []
-            if rows:
-                yield _record_batch(pa, rows)
+            count += len(rows)
+            # The tick rows come last and carry the micro-batch's event count, so that a sink
+            # can tell it holds the whole micro-batch.
+            rows += [
+                (0, t.tick_id, 0, t.time, TICK_ROW, None, None, _tick_data(t, count)) for t in ticks
+            ]
+            yield _record_batch(pa, rows)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the consumer's position lives in its own database."""

@@ -56,6 +56,9 @@ def test_loss_of_s3_leaf_moves_to_s1_or_s2(seed_set: LocalSet) -> None:
     s.stop_worker("s3")
     manage.tag(c, "s3", True)
     s.dead.add("s3")
+    # S2 may be an idle tick behind S4 (they apply independently): a provider must have the
+    # tick S4 is at, so wait for S2 to get there.
+    s.wait_synced(["s2"], upto=s.state("s4").position)
     assert manage.candidates(c, "s4") == ["s1", "s2"]
     manage.change_provider(c, "s4", "s2")
     run_workload(s.path("s1"), 50, seed=2)

@@ -1,0 +1,99 @@
+"""``writeStream.format("batonapply")``: the apply sink as a Spark streaming sink (Python data
+source writer), which is what baton's own workers use.
+
+Each micro-batch of the ``baton`` source is one partition; the sink's ``write`` gets it as Arrow
+record batches in a Spark Python worker and applies it there (:func:`baton.spark.apply.
+apply_arrow`): the reduction per key (a hash aggregation over Arrow), the set-wise upsert and
+delete, the queue copy on a branch, the position and the epoch, in one transaction on the
+subscriber's database; then it reports the node's watermark to its provider. Compared with
+``foreachBatch`` (:func:`baton.spark.apply.apply_to`), no row goes through the driver and a
+micro-batch is one Spark stage, not three (measured: about a second less per 100,000 events).
+
+Spark's ``commit`` has nothing left to do: the position stored with the data is the commit, and
+it is what makes Spark's replay of the last micro-batch after a crash a no-op. A micro-batch that
+arrives in parts (a repartitioned source) is refused whole.
+
+Options: ``subscriber`` (the node's location, required), ``epoch`` (the worker's fencing epoch,
+required), ``provider`` (the name of the node read from: nothing is applied once the subscriber
+follows another).
+
+A micro-batch that must not be applied (the node was paused, or its provider changed) fails the
+query with a line saying so; the worker restarts it from the stored position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+#: What ``apply_batch`` reports when it applied nothing and the worker must restart.
+RESTART = ("paused", "provider changed")
+
+
+class Applied(WriterCommitMessage):
+    """What one ``write`` did (for Spark's progress and logs)."""
+
+    def __init__(self, applied: bool, position: int, events: int, detail: str) -> None:
+        self.applied = applied
+        self.position = position
+        self.events = events
+        self.detail = detail
+
+
+class BatonApplySink(DataSource):
+    """The ``batonapply`` streaming sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "batonapply"
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return ApplyWriter(dict(self.options))
+
+
+class ApplyWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: dict[str, str]) -> None:
+        from baton.cascade.nodedb import CascadeError
+
+        subscriber = options.get("subscriber")
+        epoch = options.get("epoch")
+        if not subscriber or not epoch or not epoch.isdigit():
+            raise CascadeError("the batonapply sink needs options subscriber=<location>, epoch=N")
+        self.subscriber = subscriber
+        self.epoch = int(epoch)
+        self.provider = options.get("provider") or None
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        import pyarrow as pa
+
+        from baton.cascade.apply import report_watermark
+        from baton.cascade.nodedb import CascadeError
+        from baton.spark.apply import apply_arrow
+
+        batches = list(iterator)
+        if not batches:
+            return Applied(False, 0, 0, "empty")
+        result = apply_arrow(
+            pa.Table.from_batches(batches), self.subscriber, self.epoch, self.provider, whole=True
+        )
+        if result is None:
+            return Applied(False, 0, 0, "no tick")
+        if result.detail in RESTART:
+            raise CascadeError(f"micro-batch not applied: {result.detail}; restart the worker")
+        if result.applied:
+            report_watermark(self.subscriber)
+        return Applied(result.applied, result.position, result.events, result.detail)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing: the position was stored with the data, in the same transaction."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing: a failed ``write`` rolled its transaction back."""
