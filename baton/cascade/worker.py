@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -24,10 +25,17 @@ from baton.cascade.apply import report_watermark
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("baton.cascade")
+
+#: Sessions (by id) that have run a worker's first micro-batch; see :meth:`Worker.start`.
+_WARM: set[int] = set()
+_FIRST_START = threading.Lock()
+#: How long the first start in a session waits for its first micro-batch before letting others
+#: start.
+FIRST_BATCH_WAIT = 60.0
 
 
 def db_tables(location: str) -> dict[str, str]:
@@ -87,7 +95,25 @@ class Worker:
             .option("maxTicks", str(self.max_ticks))
             .load()
         )
-        self.query = (
+        with _FIRST_START:
+            self.query = self._start_query(reader, provider, checkpoint)
+            if id(self.spark) not in _WARM:
+                # The first Python data source tasks in a JVM, started by two queries at the
+                # same time, failed to deserialise (java.io.OptionalDataException, Spark 4.3.0,
+                # seen when two workers of one process started together): let the first query
+                # of a session run a micro-batch before any other starts.
+                deadline = time.monotonic() + FIRST_BATCH_WAIT
+                while (
+                    self.query.isActive
+                    and self.query.lastProgress is None
+                    and time.monotonic() < deadline
+                ):
+                    time.sleep(0.05)
+                _WARM.add(id(self.spark))
+        log.info("worker started", extra={"location": self.location, "provider": provider})
+
+    def _start_query(self, reader: DataFrame, provider: str, checkpoint: Path) -> StreamingQuery:
+        return (
             reader.writeStream.format("batonapply")
             .option("subscriber", self.location)
             .option("epoch", str(self.epoch))
@@ -97,7 +123,6 @@ class Worker:
             .queryName(f"baton-worker-{time.monotonic_ns()}")
             .start()
         )
-        log.info("worker started", extra={"location": self.location, "provider": provider})
 
     def report_watermark(self) -> None:
         """Tell the provider the lowest tick this node and its subscribers have applied."""

@@ -1,7 +1,9 @@
-"""The apply step of a cascade worker, as a Structured Streaming ``foreachBatch`` function.
+"""The apply step: :func:`apply_arrow` applies one micro-batch given as an Arrow table (what the
+``batonapply`` sink of :mod:`baton.spark.sink`, used by baton's workers, does in a Spark Python
+worker), and :func:`apply_to` is the same step as a ``foreachBatch`` function.
 
-For each micro-batch (a whole number of queue batches from the ``baton`` source), Spark reduces
-the events per (table, key) to the last one (a window function over the micro-batch) and the
+With ``foreachBatch``, for each micro-batch (a whole number of queue batches from the ``baton``
+source), Spark reduces the events per (table, key) to the last one (a window function) and the
 reduced rows come to the driver as Arrow; :func:`baton.cascade.apply.apply_batch` then applies
 them set-wise in one transaction on the subscriber's database, together with the queue copy (on
 a branch), the position and the epoch check. Spark replays the last micro-batch after a crash;
