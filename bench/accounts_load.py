@@ -17,12 +17,13 @@ SQLite file (a path, or ``sqlite://`` + path) or a PostgreSQL database (a ``post
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -464,4 +465,46 @@ def steady(
         "p99": _quantile(lags, 0.99),
         "max": max(lags, default=float("nan")),
         "mean": sum(lags) / len(lags) if lags else float("nan"),
+    }
+
+
+def catch_up(
+    root: Target,
+    branch: Target,
+    leaf: Target,
+    changes: int,
+    *,
+    seed: int,
+    stop: Callable[[], None],
+    start: Callable[[], None],
+) -> dict[str, float]:
+    """The throughput measurement both cascade benchmarks make: ``stop`` the subscribers,
+    :func:`generate` ``changes`` on ``root``, ``start`` them again and time until ``branch``
+    and ``leaf`` equal ``root``."""
+    stop()
+    t = time.monotonic()
+    generate(root, changes, seed)
+    gen = time.monotonic() - t
+    timeout = max(600.0, changes / 500)
+    branch_s: list[float] = []
+    t0 = time.monotonic()
+    start()
+
+    def wait_branch() -> None:
+        with contextlib.suppress(TimeoutError):
+            branch_s.append(wait_equal(root, branch, timeout, 0.2, t0))
+
+    waiter = threading.Thread(target=wait_branch, daemon=True)
+    waiter.start()
+    leaf_s = wait_equal(root, leaf, timeout, 0.2, t0)
+    waiter.join()
+    to_branch = branch_s[0] if branch_s else float("nan")
+    return {
+        "changes": changes,
+        "generate_s": gen,
+        "generate_per_s": changes / gen,
+        "root_to_branch_s": to_branch,
+        "root_to_branch_per_s": changes / to_branch,
+        "root_to_leaf_s": leaf_s,
+        "events_per_s": changes / leaf_s,
     }

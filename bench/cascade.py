@@ -174,37 +174,17 @@ def _warm(s: BatonSet, timeout: float = 180) -> None:
 def throughput(s: BatonSet, changes: int, seed: int) -> dict[str, float]:
     """Generate ``changes`` on the root while the subscribers are paused, then resume them and
     time until the branch and the leaf equal the root."""
-    s.pause("branch", "leaf")
-    t = time.monotonic()
-    accounts_load.generate(s.target("root"), changes, seed)
-    gen = time.monotonic() - t
-    timeout = max(600.0, changes / 500)
-    branch: list[float] = []
-    t0 = time.monotonic()
-    s.pause("branch", "leaf", paused=False)
-
-    def wait_branch() -> None:
-        with contextlib.suppress(TimeoutError):
-            branch.append(
-                accounts_load.wait_equal(s.target("root"), s.target("branch"), timeout, 0.2, t0)
-            )
-
-    waiter = threading.Thread(target=wait_branch, daemon=True)
-    waiter.start()
-    leaf = accounts_load.wait_equal(s.target("root"), s.target("leaf"), timeout, 0.2, t0)
-    waiter.join()
+    result = accounts_load.catch_up(
+        s.target("root"),
+        s.target("branch"),
+        s.target("leaf"),
+        changes,
+        seed=seed,
+        stop=lambda: s.pause("branch", "leaf"),
+        start=lambda: s.pause("branch", "leaf", paused=False),
+    )
     s.check()
-    branch_s = branch[0] if branch else float("nan")
-    return {
-        "changes": changes,
-        "generate_s": gen,
-        "generate_per_s": changes / gen,
-        "root_to_branch_s": branch_s,
-        "root_to_branch_per_s": changes / branch_s,
-        "root_to_leaf_s": leaf,
-        "events_per_s": changes / leaf,
-        "loadavg": loadavg(),
-    }
+    return {**result, "loadavg": loadavg()}
 
 
 def lag(s: BatonSet, rates: tuple[int, ...], seconds: float) -> dict[str, Any]:

@@ -63,7 +63,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
@@ -333,36 +332,16 @@ def cascade(settings: Settings) -> Iterator[Cascade]:
 def throughput(c: Cascade, changes: int, seed: int) -> dict[str, float]:
     """Generate ``changes`` on the root while the subscribers' workers are stopped, then start
     them and time until the branch and the leaf equal the root."""
-    c.stop_workers("branch", "leaf")
-    t = time.monotonic()
-    accounts_load.generate(c.url("root"), changes, seed)
-    gen = time.monotonic() - t
-    timeout = max(600.0, changes / 500)
-    branch: list[float] = []
-    t0 = time.monotonic()
-    c.start_workers("branch", "leaf")
-
-    def wait_branch() -> None:
-        with contextlib.suppress(TimeoutError):
-            branch.append(
-                accounts_load.wait_equal(c.url("root"), c.url("branch"), timeout, 0.2, t0)
-            )
-
-    waiter = threading.Thread(target=wait_branch, daemon=True)
-    waiter.start()
-    leaf = accounts_load.wait_equal(c.url("root"), c.url("leaf"), timeout, 0.2, t0)
-    waiter.join()
-    branch_s = branch[0] if branch else float("nan")
-    return {
-        "changes": changes,
-        "generate_s": gen,
-        "generate_per_s": changes / gen,
-        "root_to_branch_s": branch_s,
-        "root_to_branch_per_s": changes / branch_s,
-        "root_to_leaf_s": leaf,
-        "events_per_s": changes / leaf,
-        "loadavg": loadavg(),
-    }
+    result = accounts_load.catch_up(
+        c.url("root"),
+        c.url("branch"),
+        c.url("leaf"),
+        changes,
+        seed=seed,
+        stop=lambda: c.stop_workers("branch", "leaf"),
+        start=lambda: c.start_workers("branch", "leaf"),
+    )
+    return {**result, "loadavg": loadavg()}
 
 
 def londiste_bench(quick: bool, settings: Settings | None = None) -> dict[str, Any]:

@@ -692,9 +692,9 @@ def document(res: Results) -> str:
         "",
         "## How to run",
         "",
-        "- `make bench`: installs etcd if missing (`BATON_BENCH=1 ./scripts/setup.sh`), then "
-        "`.venv/bin/python -m bench.run`, the full run (about 10 minutes), which rewrites this "
-        "file.",
+        "- `make bench`: installs etcd, Londiste 3 + PgQ and the PostgreSQL JDBC driver if "
+        "missing (`BATON_BENCH=1 ./scripts/setup.sh`), then `.venv/bin/python -m bench.run`, the "
+        "full run (about 20 minutes), which rewrites this file.",
         "- `.venv/bin/python -m bench.run --quick`: 3 kills (failover, takeover, group "
         "recovery) and 10 handovers per backend, N up to 10k (about 2 minutes); prints only, "
         "unless `--output PATH`.",

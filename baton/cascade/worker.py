@@ -12,6 +12,7 @@ changes (``change-provider``, failover), the worker restarts its query on the ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -36,6 +37,8 @@ _FIRST_START = threading.Lock()
 #: How long the first start in a session waits for its first micro-batch before letting others
 #: start.
 FIRST_BATCH_WAIT = 60.0
+#: How long ``stop`` lets a running micro-batch finish.
+STOP_GRACE = 5.0
 
 
 def db_tables(location: str) -> dict[str, str]:
@@ -177,8 +180,13 @@ class Worker:
 
     def stop(self) -> None:
         if self.query is not None:
-            # A micro-batch being applied is interrupted: its transaction rolls back, and the
-            # next start reads it again from the stored position.
+            # Let a micro-batch being applied finish (briefly): one interrupted rolls back and
+            # is read again at the next start, which is safe but wasted, and Spark logs the
+            # cancelled task as errors.
+            deadline = time.monotonic() + STOP_GRACE
+            with contextlib.suppress(Exception):  # a query that failed has no status to give
+                while self.query.status["isTriggerActive"] and time.monotonic() < deadline:
+                    time.sleep(0.02)
             self.query.stop()
             self.query = None
         if self._checkpoint is not None:

@@ -174,11 +174,13 @@ def test_stale_worker_is_fenced(seed_set: LocalSet) -> None:
     s.start_worker("s2", epoch=10)
     run_workload(s.path("s1"), 10, seed=12)
     s.wait_synced(["s2"])
+    s.stop_worker("s2")  # the position stays put while the old worker tries
     position = s.state("s2").position
     # An older worker (epoch 3) cannot apply, and changes nothing.
     with open_node_db(s.location("s1")) as root:
+        # The next tick (an idle one comes within TEST_TICKER.idle) is what the old worker tries.
+        wait_for(lambda: len(root.ticks(position, position + 1)) == 1, timeout=30)
         ticks = root.ticks(position, position + 1)
-    assert ticks
     with open_node_db(s.location("s2")) as db, pytest.raises(FencedOut, match="stale"):
         apply_batch(db, ticks, [], [], epoch=3)
     assert s.state("s2").position == position
