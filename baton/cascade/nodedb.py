@@ -59,11 +59,37 @@ class NodeDB(abc.ABC):
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """A write transaction (serialised with other writers); yields a cursor."""
 
-    @abc.abstractmethod
-    def get_local(self, key: str, default: str | None = None) -> str | None: ...
+    # The bookkeeping below is the same SQL on every backend but for the parameter mark.
+
+    #: The driver's parameter mark (``?`` for sqlite3, ``%s`` for psycopg).
+    _mark = "?"
 
     @abc.abstractmethod
-    def set_local(self, cur: Any, key: str, value: str | None) -> None: ...
+    def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
+        """Every row of a read; "not a cascade node" when the baton_ tables are missing."""
+
+    def _one(self, query: Any, args: Sequence[Any] = ()) -> Any:
+        rows = self._rows(query, args)
+        return rows[0] if rows else None
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self._mark)
+
+    def get_local(self, key: str, default: str | None = None) -> str | None:
+        row = self._one(self._sql("SELECT value FROM baton_local WHERE key = ?"), (key,))
+        return default if row is None else str(row[0])
+
+    def set_local(self, cur: Any, key: str, value: str | None) -> None:
+        if value is None:
+            cur.execute(self._sql("DELETE FROM baton_local WHERE key = ?"), (key,))
+        else:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO baton_local (key, value) VALUES (?, ?) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+                ),
+                (key, value),
+            )
 
     def is_installed(self) -> bool:
         try:
@@ -88,12 +114,19 @@ class NodeDB(abc.ABC):
 
     # -- set members ----------------------------------------------------------------------
 
-    @abc.abstractmethod
     def nodes(self) -> dict[str, tuple[str, bool]]:
         """Node name -> (location, dead)."""
+        rows = self._rows("SELECT name, location, dead FROM baton_node ORDER BY name")
+        return {name: (loc, bool(dead)) for name, loc, dead in rows}
 
-    @abc.abstractmethod
-    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None: ...
+    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None:
+        cur.execute(
+            self._sql(
+                "INSERT INTO baton_node (name, location, dead) VALUES (?, ?, ?) ON CONFLICT "
+                "(name) DO UPDATE SET location = excluded.location, dead = excluded.dead"
+            ),
+            (name, location, dead),
+        )
 
     # -- queue ----------------------------------------------------------------------------
 
@@ -152,11 +185,13 @@ class NodeDB(abc.ABC):
     @abc.abstractmethod
     def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None: ...
 
-    @abc.abstractmethod
-    def drop_subscriber(self, cur: Any, subscriber: str) -> None: ...
+    def drop_subscriber(self, cur: Any, subscriber: str) -> None:
+        cur.execute(self._sql("DELETE FROM baton_subscriber WHERE name = ?"), (subscriber,))
 
-    @abc.abstractmethod
-    def watermarks(self) -> dict[str, int]: ...
+    def watermarks(self) -> dict[str, int]:
+        """Subscriber name -> the lowest tick it (and its subtree) has applied."""
+        rows = self._rows("SELECT name, watermark FROM baton_subscriber ORDER BY name")
+        return {name: int(tick) for name, tick in rows}
 
     # -- replicated tables ------------------------------------------------------------------
 
@@ -164,17 +199,26 @@ class NodeDB(abc.ABC):
     def columns(self, table: str) -> tuple[list[str], list[str]]:
         """(columns, primary key columns) of ``table``; CascadeError if it does not exist."""
 
-    @abc.abstractmethod
     def tables(self) -> dict[str, str]:
-        """Replicated table -> state (``copying``, ``catching-up``, ``ok``)."""
+        """Replicated table -> state (copying, catching-up, ok)."""
+        rows = self._rows("SELECT name, state FROM baton_table ORDER BY name")
+        return {name: state for name, state in rows}
 
-    @abc.abstractmethod
     def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
-        """Register ``table`` in ``state`` (None: unregister)."""
+        if state is None:
+            cur.execute(self._sql("DELETE FROM baton_table WHERE name = ?"), (table,))
+        else:
+            cur.execute(
+                self._sql(
+                    "INSERT INTO baton_table (name, state, tick) VALUES (?, ?, ?) ON CONFLICT "
+                    "(name) DO UPDATE SET state = excluded.state, tick = excluded.tick"
+                ),
+                (table, state, tick),
+            )
 
-    @abc.abstractmethod
     def table_tick(self, table: str) -> int:
-        """The tick from which a table copied at that tick takes events (0: all)."""
+        row = self._one(self._sql("SELECT tick FROM baton_table WHERE name = ?"), (table,))
+        return 0 if row is None else int(row[0])
 
     @abc.abstractmethod
     def capture(self, cur: Any, table: str, on: bool) -> None:

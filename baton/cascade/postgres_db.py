@@ -314,6 +314,8 @@ class PostgresNodeDB(NodeDB):
     """A node database in PostgreSQL (``postgresql://user[:password]@host[:port]/db``), in the
     connection's default schema. See the module docstring for how batches are cut."""
 
+    _mark = "%s"
+
     def __init__(self, location: str) -> None:
         self.location = location
         self._shown = redact_url(location)
@@ -422,42 +424,13 @@ class PostgresNodeDB(NodeDB):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             yield cur
 
-    def _query(self, query: _Query, args: Sequence[Any] = ()) -> list[Any]:
+    def _rows(self, query: _Query, args: Sequence[Any] = ()) -> list[Any]:
         try:
             return self.conn.execute(query, args).fetchall()
         except psycopg.errors.UndefinedTable as exc:
             if "baton_" in str(exc):
                 raise CascadeError(f"{self._shown} is not a cascade node") from None
             raise
-
-    def _one(self, query: _Query, args: Sequence[Any] = ()) -> Any:
-        rows = self._query(query, args)
-        return rows[0] if rows else None
-
-    def get_local(self, key: str, default: str | None = None) -> str | None:
-        row = self._one("SELECT value FROM baton_local WHERE key = %s", (key,))
-        return default if row is None else row[0]
-
-    def set_local(self, cur: Any, key: str, value: str | None) -> None:
-        if value is None:
-            cur.execute("DELETE FROM baton_local WHERE key = %s", (key,))
-        else:
-            cur.execute(
-                "INSERT INTO baton_local (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def nodes(self) -> dict[str, tuple[str, bool]]:
-        rows = self._query("SELECT name, location, dead FROM baton_node ORDER BY name")
-        return {name: (loc, bool(dead)) for name, loc, dead in rows}
-
-    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None:
-        cur.execute(
-            "INSERT INTO baton_node (name, location, dead) VALUES (%s, %s, %s) "
-            "ON CONFLICT (name) DO UPDATE SET location = excluded.location, dead = excluded.dead",
-            (name, location, dead),
-        )
 
     # -- queue ----------------------------------------------------------------------------
 
@@ -470,7 +443,7 @@ class PostgresNodeDB(NodeDB):
         return None if row is None else _TickRow.of(row)
 
     def _tick_rows(self, after: int, upto: int) -> list[_TickRow]:
-        rows = self._query(
+        rows = self._rows(
             f"SELECT {_TICK_COLS} FROM baton_tick WHERE tick_id > %s AND tick_id <= %s "
             "ORDER BY tick_id",
             (after, upto),
@@ -678,19 +651,12 @@ class PostgresNodeDB(NodeDB):
             (subscriber, tick),
         )
 
-    def drop_subscriber(self, cur: Any, subscriber: str) -> None:
-        cur.execute("DELETE FROM baton_subscriber WHERE name = %s", (subscriber,))
-
-    def watermarks(self) -> dict[str, int]:
-        rows = self._query("SELECT name, watermark FROM baton_subscriber ORDER BY name")
-        return {name: int(tick) for name, tick in rows}
-
     # -- replicated tables ------------------------------------------------------------------
 
     def _catalog(self, table: str) -> list[tuple[str, str, int | None]]:
         """(column, type, position in the primary key or None) in table order."""
         name = ident(table)  # to_regclass takes the quoted name: no case folding
-        rows = self._query(
+        rows = self._rows(
             "SELECT a.attname, format_type(a.atttypid, a.atttypmod), "
             "array_position(i.indkey::int2[], a.attnum) "
             "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
@@ -707,24 +673,6 @@ class PostgresNodeDB(NodeDB):
         cat = self._catalog(table)
         pk = sorted((pos, c) for c, _, pos in cat if pos is not None)
         return [c for c, _, _ in cat], [c for _, c in pk]
-
-    def tables(self) -> dict[str, str]:
-        rows = self._query("SELECT name, state FROM baton_table ORDER BY name")
-        return {name: state for name, state in rows}
-
-    def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
-        if state is None:
-            cur.execute("DELETE FROM baton_table WHERE name = %s", (table,))
-        else:
-            cur.execute(
-                "INSERT INTO baton_table (name, state, tick) VALUES (%s, %s, %s) "
-                "ON CONFLICT (name) DO UPDATE SET state = excluded.state, tick = excluded.tick",
-                (table, state, tick),
-            )
-
-    def table_tick(self, table: str) -> int:
-        row = self._one("SELECT tick FROM baton_table WHERE name = %s", (table,))
-        return 0 if row is None else int(row[0])
 
     def capture(self, cur: Any, table: str, on: bool) -> None:
         _, pk = self.columns(table)
@@ -827,7 +775,7 @@ class PostgresNodeDB(NodeDB):
             return []
         # Numbered keys give the rows in the order of the keys, as the SQLite backend does.
         source, cast, arrays = self._unnest(table, key_columns, keys, "baton_k", numbered=True)
-        rows = self._query(
+        rows = self._rows(
             sql.SQL(
                 "SELECT baton_d.* FROM {} JOIN {} AS baton_d ON {} ORDER BY baton_k.baton_n"
             ).format(source, _name(table), self._key_match(cast, key_columns)),
@@ -838,5 +786,5 @@ class PostgresNodeDB(NodeDB):
     def read_rows(self, table: str) -> list[tuple[Any, ...]]:
         cols, pk = self.columns(table)
         order = sql.SQL(", ").join(_name(c) for c in pk or cols)
-        rows = self._query(sql.SQL("SELECT * FROM {} ORDER BY {}").format(_name(table), order))
+        rows = self._rows(sql.SQL("SELECT * FROM {} ORDER BY {}").format(_name(table), order))
         return [tuple(r) for r in rows]

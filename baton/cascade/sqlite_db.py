@@ -99,39 +99,13 @@ class SQLiteNodeDB(NodeDB):
             raise
         cur.execute("COMMIT")
 
-    def _one(self, sql: str, args: Sequence[Any] = ()) -> Any:
+    def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
         try:
-            row = self.conn.execute(sql, args).fetchone()
+            return self.conn.execute(query, args).fetchall()
         except sqlite3.OperationalError as exc:
             if "no such table: baton_" in str(exc):
                 raise CascadeError(f"{self.location} is not a cascade node") from None
             raise
-        return row
-
-    def get_local(self, key: str, default: str | None = None) -> str | None:
-        row = self._one("SELECT value FROM baton_local WHERE key = ?", (key,))
-        return default if row is None else row[0]
-
-    def set_local(self, cur: Any, key: str, value: str | None) -> None:
-        if value is None:
-            cur.execute("DELETE FROM baton_local WHERE key = ?", (key,))
-        else:
-            cur.execute(
-                "INSERT INTO baton_local (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    def nodes(self) -> dict[str, tuple[str, bool]]:
-        rows = self.conn.execute("SELECT name, location, dead FROM baton_node ORDER BY name")
-        return {name: (loc, bool(dead)) for name, loc, dead in rows}
-
-    def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None:
-        cur.execute(
-            "INSERT INTO baton_node (name, location, dead) VALUES (?, ?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET location = excluded.location, dead = excluded.dead",
-            (name, location, int(dead)),
-        )
 
     # -- queue ----------------------------------------------------------------------------
 
@@ -286,13 +260,6 @@ class SQLiteNodeDB(NodeDB):
             (subscriber, tick, time.time()),
         )
 
-    def drop_subscriber(self, cur: Any, subscriber: str) -> None:
-        cur.execute("DELETE FROM baton_subscriber WHERE name = ?", (subscriber,))
-
-    def watermarks(self) -> dict[str, int]:
-        rows = self.conn.execute("SELECT name, watermark FROM baton_subscriber ORDER BY name")
-        return {name: int(tick) for name, tick in rows}
-
     # -- replicated tables ------------------------------------------------------------------
 
     def columns(self, table: str) -> tuple[list[str], list[str]]:
@@ -302,24 +269,6 @@ class SQLiteNodeDB(NodeDB):
         cols = [r[1] for r in rows]
         pk = [r[1] for r in sorted((r for r in rows if r[5]), key=lambda r: r[5])]
         return cols, pk
-
-    def tables(self) -> dict[str, str]:
-        rows = self.conn.execute("SELECT name, state FROM baton_table ORDER BY name")
-        return {name: state for name, state in rows}
-
-    def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
-        if state is None:
-            cur.execute("DELETE FROM baton_table WHERE name = ?", (table,))
-        else:
-            cur.execute(
-                "INSERT INTO baton_table (name, state, tick) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET state = excluded.state, tick = excluded.tick",
-                (table, state, tick),
-            )
-
-    def table_tick(self, table: str) -> int:
-        row = self._one("SELECT tick FROM baton_table WHERE name = ?", (table,))
-        return 0 if row is None else int(row[0])
 
     def capture(self, cur: Any, table: str, on: bool) -> None:
         cols, pk = self.columns(table)

@@ -35,6 +35,23 @@ if TYPE_CHECKING:
 TEST_TICKER = TickerConfig(period=0.02, max_count=5000, max_lag=0.05, idle=0.5)
 
 
+def root_and_branch(directory: Path) -> dict[str, str]:
+    """SQLite nodes ``s1`` (root) and ``s2`` (its branch) in ``directory``, each with an
+    ``accounts`` table added (the branch's to be copied by its worker), and an idle subscriber
+    entry ``audit`` holding the root's watermark at tick 1, so that no queue is trimmed and a
+    whole stream can be compared event by event afterwards. Node name -> location."""
+    loc = {n: f"sqlite://{directory / n}.db" for n in ("s1", "s2")}
+    for n in loc:
+        create_accounts(directory / f"{n}.db")
+    ops.create_root("s1", loc["s1"], "S")
+    ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    for n in ("s1", "s2"):
+        ops.add_table(loc[n], "accounts")
+    with open_node_db(loc["s1"]) as root, root.transaction() as cur:
+        root.set_watermark(cur, "audit", 1)
+    return loc
+
+
 class Ticker(threading.Thread):
     """Runs the root's ticker and watermark publisher until stopped; follows the root if it
     moves (switchover, failover)."""

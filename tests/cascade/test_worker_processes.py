@@ -13,12 +13,11 @@ import time
 from functools import partial
 from pathlib import Path
 
-from baton.cascade import ops
-from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
+from baton.testing.cascade import root_and_branch
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for
-from baton.testing.workload import create_accounts, run_workload
+from baton.testing.workload import run_workload
 
 BATON = str(Path(sys.executable).with_name("baton"))
 
@@ -50,18 +49,8 @@ def jvm_of(proc: Proc) -> int | None:
 
 
 def test_worker_and_jvm_killed_mid_stream(tmp_path: Path) -> None:
-    loc = {n: f"sqlite://{tmp_path / n}.db" for n in ("s1", "s2")}
-    for n in loc:
-        create_accounts(tmp_path / f"{n}.db")
-    ops.create_root("s1", loc["s1"], "S")
-    ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
-    for n in ("s1", "s2"):
-        ops.add_table(loc[n], "accounts")
+    loc = root_and_branch(tmp_path)
     store = f"sqlite://{tmp_path / 'store.db'}"
-    # An idle subscriber entry holds the watermark at the start, so no queue is trimmed and
-    # the whole stream can be compared event by event at the end.
-    with open_node_db(loc["s1"]) as root, root.transaction() as cur:
-        root.set_watermark(cur, "audit", 1)
 
     def start(name: str) -> Proc:
         argv = [BATON, "cascade", "run", loc[name], "--store", store, "--ttl", "2",

@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from baton.cascade import ops
-from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
 from baton.placement.records import create_object, make_object
 from baton.store import open_store
+from baton.testing.cascade import root_and_branch
 from baton.testing.cluster import LocalCluster
 from baton.testing.waiting import wait_for
-from baton.testing.workload import create_accounts, run_workload
+from baton.testing.workload import run_workload
 
 pytestmark = pytest.mark.cluster
 
@@ -40,18 +39,7 @@ def _group(c: LocalCluster, name: str) -> dict[str, Any] | None:
 
 
 def test_worker_moves_when_its_agent_dies(tmp_path: Path) -> None:
-    loc = {n: f"sqlite://{tmp_path / n}.db" for n in ("s1", "s2")}
-    for n in loc:
-        create_accounts(tmp_path / f"{n}.db")
-    ops.create_root("s1", loc["s1"], "S")
-    ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
-    for n in ("s1", "s2"):
-        ops.add_table(loc[n], "accounts")
-
-    # An idle subscriber entry holds the watermark, so the queues keep every event for the
-    # exactly-once comparison at the end.
-    with open_node_db(loc["s1"]) as root, root.transaction() as cur:
-        root.set_watermark(cur, "audit", 1)
+    loc = root_and_branch(tmp_path)
 
     def position() -> int:
         with open_node_db(loc["s2"]) as db:
