@@ -31,6 +31,7 @@ from baton.cascade import manage, ops
 from baton.cascade.model import ROW_TYPES, NodeState, Role
 from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB, open_node_db
 from baton.errors import ConfigError, redact_url
+from baton.store import sqlite_path, sqlite_url
 
 #: How often a switchover checks whether the new root has applied the switch tick.
 POLL = 0.1
@@ -123,13 +124,16 @@ def _refusals() -> Iterator[None]:
 
 
 def normalise(location: str) -> str:
-    """An SQLite location with an absolute path: the location is stored in every node list and
-    used by workers started elsewhere, so a path relative to this process's directory would not
-    find the node from anywhere else."""
-    path = location.removeprefix("sqlite://")
-    if location.startswith("sqlite://") and path and not path.startswith("/"):
-        return f"sqlite://{Path(path).absolute()}"
-    return location
+    """An SQLite location as ``sqlite:///abs/path`` (from any spelling :func:`sqlite_path` takes,
+    a relative path made absolute): the location is stored in every node list and used by
+    workers started elsewhere, so a path relative to this process's directory would not find
+    the node from anywhere else."""
+    if not location.lower().startswith("sqlite:"):
+        return location
+    try:  # every spelling the store accepts, with the same meaning (baton.store.sqlite_path)
+        return sqlite_url(sqlite_path(location))
+    except ConfigError as exc:
+        raise CascadeError(str(exc)) from None
 
 
 def existing(location: str) -> str:

@@ -18,6 +18,8 @@ from typing import Any
 
 from baton.cascade.model import Event, Tick
 from baton.cascade.nodedb import CascadeError, NodeDB
+from baton.errors import ConfigError
+from baton.store import sqlite_path
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -69,9 +71,10 @@ def ident(name: str) -> str:
 class SQLiteNodeDB(NodeDB):
     def __init__(self, location: str) -> None:
         self.location = location
-        path = location.removeprefix("sqlite://")
-        if not path or path == location:
-            raise CascadeError(f"bad SQLite location {location!r}: use sqlite:///path/node.db")
+        try:  # the store's parser: every spelling means the same file everywhere
+            path = sqlite_path(location)
+        except ConfigError as exc:
+            raise CascadeError(str(exc)) from None
         self.path = Path(path)
         if not self.path.parent.is_dir():
             raise CascadeError(f"{location}: directory {self.path.parent} does not exist")

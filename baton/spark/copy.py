@@ -55,8 +55,9 @@ class TableReader(DataSourceReader):
         import sqlite3
 
         from baton.cascade.sqlite_db import ident
+        from baton.store import sqlite_path
 
-        conn = sqlite3.connect(self.location.removeprefix("sqlite://"))
+        conn = sqlite3.connect(sqlite_path(self.location))  # any spelling, as the store
         try:
             low, high = conn.execute(
                 f"SELECT min(rowid), max(rowid) FROM {ident(self.table)}"
@@ -82,8 +83,9 @@ class TableReader(DataSourceReader):
         import sqlite3
 
         from baton.cascade.sqlite_db import ident
+        from baton.store import sqlite_path
 
-        conn = sqlite3.connect(self.location.removeprefix("sqlite://"))
+        conn = sqlite3.connect(sqlite_path(self.location))  # any spelling, as the store
         try:
             rows = conn.execute(
                 f"SELECT * FROM {ident(self.table)} WHERE rowid BETWEEN ? AND ?",

@@ -2,7 +2,9 @@
 
 =====================================  ==================================================
 ``sqlite:///abs/path/baton.db``        the embedded default: one file, many processes on
-``sqlite:relative/baton.db``           one host
+``sqlite:relative/baton.db``           one host (see :func:`sqlite_path` for every
+                                       spelling; ``sqlite:////abs`` is the same file as
+                                       ``sqlite:///abs``)
 ``redis://[:password@]host:port/db``   Redis 6.2+ (Lua scripts, ``TIME``, pub/sub)
 ``postgresql://user@host:port/db``     PostgreSQL 13+ (``clock_timestamp()``,
                                        LISTEN/NOTIFY)
@@ -15,7 +17,8 @@ server. Drivers are imported only when their scheme is used, with an install hin
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import unquote_plus
 
 from baton.errors import ConfigError, redact_url
 from baton.store.base import (
@@ -40,23 +43,25 @@ SCHEMES = ("sqlite", "redis", "rediss", "postgresql", "postgres")
 
 
 def _split_options(url: str) -> tuple[str, str]:
-    """Remove baton's own ``namespace`` query option from ``url``; return (url, namespace)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
+    """Remove baton's own ``namespace`` query option from ``url``; return (url, namespace).
+
+    The rest of the URL is kept as written, character for character: rebuilding it with
+    ``urlunsplit`` turned ``sqlite:////abs`` into ``sqlite://abs`` (a relative path)."""
+    base, _, query = url.partition("?")
     namespace = "baton"
-    rest: list[tuple[str, str]] = []
-    for key, value in query:
-        if key == "namespace":
-            namespace = value
-        else:
-            rest.append((key, value))
+    kept: list[str] = []
+    for item in query.split("&") if query else []:
+        key, _, value = item.partition("=")
+        if unquote_plus(key) == "namespace":
+            namespace = unquote_plus(value)
+        elif item:
+            kept.append(item)
     if not _NAMESPACE.match(namespace):
         raise ConfigError(
             f"bad namespace {namespace!r} in store URL: use 1-40 lower-case letters, digits or "
             "'_', starting with a letter"
         )
-    query_text = "&".join(f"{k}={v}" for k, v in rest)
-    return urlunsplit(parts._replace(query=query_text)), namespace
+    return (f"{base}?{'&'.join(kept)}" if kept else base), namespace
 
 
 def open_store(url: str) -> Store:
@@ -94,16 +99,48 @@ def open_store(url: str) -> Store:
 
 
 def sqlite_path(url: str) -> str:
-    """The file path of an ``sqlite:`` URL (``sqlite:///abs`` or ``sqlite:relative``)."""
-    path = url.split("?", 1)[0]
-    path = path[len("sqlite://") :] if path.startswith("sqlite://") else path[len("sqlite:") :]
-    if path.startswith("//"):
-        path = path[1:]
-    if not path or path == "/":
+    """The file an ``sqlite:`` URL names: the one parser of SQLite locations, used by store URLs,
+    cascade node locations and node config files alike, so a spelling means the same file
+    everywhere.
+
+    ==========================================  =============================================
+    ``sqlite:///abs/f.db``                      ``/abs/f.db`` (absolute)
+    ``sqlite:////abs/f.db`` (SQLAlchemy)        ``/abs/f.db``, the same file
+    ``sqlite:/abs/f.db``                        ``/abs/f.db``
+    ``sqlite:rel/f.db``, ``sqlite://rel/f.db``  ``rel/f.db``, relative to the working directory
+    ==========================================  =============================================
+
+    Raises :class:`ConfigError` for another scheme, no file, a directory, or query options (a
+    store's ``?namespace=`` is taken off before this is called)."""
+    scheme, colon, rest = url.partition(":")
+    if not colon or scheme.lower() != "sqlite":
+        raise ConfigError(
+            f"bad SQLite URL {redact_url(url)!r}: expected sqlite:///abs/path/file.db or "
+            "sqlite:relative/path/file.db"
+        )
+    rest, question, query = rest.partition("?")
+    if question:
+        raise ConfigError(
+            f"bad SQLite URL {url!r}: unknown option {query!r}; an SQLite URL takes no options "
+            "(a store URL only ?namespace=NAME)"
+        )
+    # "//" opens an (empty) authority: what follows is the path. Any run of slashes before an
+    # absolute path is one slash, so sqlite:////abs (SQLAlchemy) and sqlite:///abs agree;
+    # without the collapse "//abs" would also be a different string for the same file.
+    path = rest.removeprefix("//")
+    if path.startswith("/"):
+        path = "/" + path.lstrip("/")
+    if not path or path == "/" or path.endswith("/"):
         raise ConfigError(
             f"bad SQLite URL {url!r}: give a file, for example sqlite:///var/lib/baton/baton.db"
         )
     return path
+
+
+def sqlite_url(path: str) -> str:
+    """The canonical URL of the SQLite file ``path``, made absolute (``sqlite:///abs/f.db``):
+    for a location that other processes, started in other directories, must find."""
+    return f"sqlite://{Path(path).absolute()}"
 
 
 __all__ = [
@@ -122,4 +159,6 @@ __all__ = [
     "TxnResult",
     "VersionIs",
     "open_store",
+    "sqlite_path",
+    "sqlite_url",
 ]
