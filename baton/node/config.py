@@ -24,7 +24,8 @@ Environment: ``BATON_NODE_ID``, ``BATON_LISTEN``, ``BATON_ADVERTISE``, ``BATON_S
 (``k=v,k=v``), ``BATON_TTL``, ``BATON_SPARK_MASTER``, ``BATON_SPARK_REMOTE``.
 
 A bad or missing value raises :class:`~baton.errors.ConfigError` with one line naming the key,
-the value (never the token's) and what is expected.
+the value (never the token's) and what is expected. Numeric keys take numbers only (not
+``true``/``false``, NaN or infinity); from the environment, numeric strings.
 """
 
 from __future__ import annotations
@@ -34,9 +35,17 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from baton.errors import ConfigError, redact_url
 from baton.store import open_store
@@ -45,6 +54,36 @@ from baton.timings import Timings
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ADDR = re.compile(r"^(?P<host>[A-Za-z0-9.:\[\]-]+):(?P<port>\d{1,5})$")
 SECRET_KEYS = {"token"}
+#: A key whose name looks like this never has its value shown (a Spark conf entry may be one).
+_SECRET_NAME = re.compile(r"(?i)secret|passw|credential|(token|key)$")
+#: Plain words for pydantic's type errors (by error type, which is stable; the text is not).
+_EXPECTED = {
+    "string_type": "expected a string (in quotes)",
+    "path_type": "expected a path (a string in quotes)",
+    "int_type": "expected a whole number",
+    "int_parsing": "expected a whole number",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number of seconds",
+    "float_parsing": "expected a number of seconds",
+    "finite_number": "expected a finite number",
+    "dict_type": "expected a table (k = v pairs)",
+    "model_type": "expected a table (k = v pairs)",
+    "model_attributes_type": "expected a table (k = v pairs)",
+}
+
+
+def _not_a_bool(value: object) -> object:
+    """Refuse ``true``/``false`` for a number: pydantic's lax mode would take them as 1 and 0
+    (``ttl = true`` started a node with a 1 s ttl). Numeric strings still pass, as every
+    ``BATON_*`` environment variable is a string."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not true or false")
+    return value
+
+
+#: The types of every numeric key: no booleans, no NaN or infinity.
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
 
 
 class SparkConfig(BaseModel):
@@ -66,12 +105,12 @@ class SparkConfig(BaseModel):
 
 class TimingsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ttl: float = 10.0
-    renew_interval: float | None = None
-    renew_deadline: float | None = None
-    request_timeout: float | None = None
-    election_timeout_min: float | None = None
-    election_timeout_max: float | None = None
+    ttl: Seconds = 10.0
+    renew_interval: Seconds | None = None
+    renew_deadline: Seconds | None = None
+    request_timeout: Seconds | None = None
+    election_timeout_min: Seconds | None = None
+    election_timeout_max: Seconds | None = None
 
     def build(self) -> Timings:
         given = {k: v for k, v in self.model_dump().items() if v is not None and k != "ttl"}
@@ -81,7 +120,7 @@ class TimingsConfig(BaseModel):
 class PlacementConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: The controller reconciles at least this often (and at once on any relevant change).
-    reconcile_interval: float = Field(default=0.5, gt=0, le=60)
+    reconcile_interval: Seconds = Field(default=0.5, gt=0, le=60)
 
 
 class NodeConfig(BaseModel):
@@ -96,7 +135,7 @@ class NodeConfig(BaseModel):
     token: str | None = Field(default=None, repr=False)
     token_file: Path | None = None
     data_dir: Path
-    capacity: int = Field(default=100, ge=1, le=1_000_000)
+    capacity: Int = Field(default=100, ge=1, le=1_000_000)
     labels: dict[str, str] = Field(default_factory=dict)
     timings: TimingsConfig = Field(default_factory=TimingsConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
@@ -236,15 +275,26 @@ def load(path: Path | None, env: Mapping[str, str] | None = None) -> NodeConfig:
 
 
 def _first_error(exc: ValidationError) -> str:
+    """One line naming the key (every error has one), the value unless it may be secret, and
+    what is expected."""
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "config"
-    msg = str(err["msg"]).removeprefix("Value error, ")
+    msg = _EXPECTED.get(err["type"]) or str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "missing":
         return f"config key {loc} is missing: set it in the file or as BATON_{loc.upper()}"
     if err["type"] == "extra_forbidden":
         return f"unknown config key {loc}: remove it (see docs/node.md for the keys)"
-    value = err.get("input")
-    if loc in SECRET_KEYS or loc == "config":
+    if loc == "config":  # a whole-config check: its message names the keys involved
         return f"config: {msg}"
-    shown = redact_url(value) if isinstance(value, str) else value
-    return f"config {loc}={shown!r}: {msg}"
+    if loc in SECRET_KEYS or any(_SECRET_NAME.search(str(p)) for p in err["loc"]):
+        return f"config {loc}: {msg} (value not shown)"
+    return f"config {loc}={_show(err.get('input'))}: {msg}"
+
+
+def _show(value: object) -> str:
+    """``value`` as it would be written in the TOML file, a URL's password redacted."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return repr(redact_url(value))
+    return repr(value)

@@ -3,6 +3,7 @@ expected; the token never appears in it."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,108 @@ def test_unreadable_or_invalid_file(tmp_path: Path) -> None:
         load(tmp_path / "missing.toml", env={})
     with pytest.raises(ConfigError, match="not valid TOML"):
         load(write(tmp_path, "node_id = "), env={})
+
+
+# -- every key, every wrong type -------------------------------------------------------------
+
+#: Every key of the node config and what it holds; nested keys dotted (a ``*`` is any name).
+KEYS = {
+    "node_id": "str", "listen": "str", "advertise": "str", "store": "str", "token": "str",
+    "token_file": "str", "data_dir": "str", "capacity": "int", "labels": "table",
+    "labels.*": "str", "workloads": "table", "workloads.*": "str", "timings": "table",
+    "timings.ttl": "num", "timings.renew_interval": "num", "timings.renew_deadline": "num",
+    "timings.request_timeout": "num", "timings.election_timeout_min": "num",
+    "timings.election_timeout_max": "num", "placement": "table",
+    "placement.reconcile_interval": "num", "spark": "table", "spark.master": "str",
+    "spark.remote": "str", "spark.conf": "table", "spark.conf.*": "str",
+}  # fmt: skip
+NAN, INF = float("nan"), float("inf")
+WRONG: dict[str, list[object]] = {
+    "str": [1234567890123456789, 1.5, True, ["x"], {"a": "b"}],
+    "int": [True, False, 1.5, NAN, "many", [1], {"a": 1}],
+    "num": [True, False, NAN, INF, "soon", [1], {"a": 1}],
+    "table": [5, "x", True, [1]],
+}
+
+
+def test_keys_are_every_key_of_the_model() -> None:
+    from pydantic import BaseModel
+
+    from baton.node.config import NodeConfig
+
+    def walk(model: type[BaseModel], prefix: str) -> set[str]:
+        out = set()
+        for name, field in model.model_fields.items():
+            out.add(prefix + name)
+            sub = field.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                out |= walk(sub, f"{prefix}{name}.")
+        return out
+
+    assert {k for k in KEYS if not k.endswith("*")} == walk(NodeConfig, "")
+
+
+def toml(value: object) -> str:
+    """``value`` written as TOML (inline tables for tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, float) and value == INF:
+        return "inf"
+    if isinstance(value, str):
+        return '"' + value + '"'
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(toml(v) for v in value) + "]"
+    assert isinstance(value, dict)
+    return "{ " + ", ".join(f'"{k}" = {toml(v)}' for k, v in value.items()) + " }"
+
+
+def config_with(tmp_path: Path, key: str, value: object) -> Path:
+    data: dict[str, object] = {
+        "node_id": "a", "store": f"sqlite://{tmp_path}/s.db", "token": TOKEN,
+        "data_dir": str(tmp_path),
+    }  # fmt: skip
+    *parents, last = key.replace("*", "x").split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})  # type: ignore[assignment]
+    node[last] = value
+    return write(tmp_path, "".join(f"{k} = {toml(v)}\n" for k, v in data.items()))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(key, value) for key, kind in KEYS.items() for value in WRONG[kind]],
+    ids=lambda v: repr(v)[:20],
+)
+def test_every_wrong_type_names_its_key(tmp_path: Path, key: str, value: object) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(config_with(tmp_path, key, value), env={})
+    msg = str(info.value)
+    shown = key.replace("*", "x")
+    assert "\n" not in msg
+    assert msg.startswith((f"config {shown}=", f"config {shown}:")), msg
+    assert TOKEN not in msg
+    if key == "token":
+        assert msg.endswith("(value not shown)") and str(value) not in msg, msg
+    elif isinstance(value, bool):
+        assert ("true" if value else "false") in msg
+
+
+@pytest.mark.parametrize("key", [k for k, kind in KEYS.items() if kind in ("int", "num")])
+@pytest.mark.parametrize("value", [True, False])
+def test_booleans_are_not_numbers(tmp_path: Path, key: str, value: bool) -> None:
+    with pytest.raises(ConfigError, match=f"^config {key}=(true|false): expected a number"):
+        load(config_with(tmp_path, key, value), env={})
+
+
+def test_numbers_from_the_environment_are_strings(tmp_path: Path) -> None:
+    env = {"BATON_CAPACITY": "7", "BATON_TTL": "4.5", "BATON_RECONCILE_INTERVAL": "0.25"}
+    cfg = load(write(tmp_path, good(tmp_path)), env=env)
+    assert (cfg.capacity, cfg.timings.ttl, cfg.placement.reconcile_interval) == (7, 4.5, 0.25)
+    for var, key in (("BATON_CAPACITY", "capacity"), ("BATON_TTL", "timings.ttl")):
+        with pytest.raises(ConfigError, match=f"^config {key}='true': expected a "):
+            load(write(tmp_path, good(tmp_path)), env={var: "true"})
