@@ -1,9 +1,10 @@
 """The placement controller: runs on the node that holds the controller lease.
 
 Each pass observes (objects, groups, nodes, drains from the store; each live node's member
-report over its API), decides (:func:`baton.placement.decide.decide`), writes the group records
-that changed (one transaction per chunk, each conditioned on the controller's lease at its epoch
-and on the records' versions), and sends a ``sync`` command, carrying the controller's epoch,
+report over its API), decides (:func:`baton.placement.decide.decide`), takes every new term from
+the group's epoch counter in the store (:func:`take_terms`), writes the group records that
+changed (one transaction per chunk, each conditioned on the controller's lease at its epoch and
+on the records' versions), and sends a ``sync`` command, carrying the controller's epoch,
 to every node whose members do not yet match. Passes run on every relevant store change and at
 least every ``reconcile_interval``; a pass is idempotent, so an interrupted one (a crash, a lost
 leadership) is simply done again by whoever controls next.
@@ -20,7 +21,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from baton.election import Term
@@ -36,7 +37,7 @@ from baton.placement.records import (
     read_groups,
     read_objects,
 )
-from baton.store import Condition, Delete, LeaseHeld, Op, Put, VersionIs
+from baton.store import Condition, Delete, Lease, LeaseHeld, Op, Put, Store, VersionIs
 
 if TYPE_CHECKING:
     from baton.node.agent import NodeAgent
@@ -49,6 +50,76 @@ CHUNK = 64
 
 class Deposed(BatonError):
     """A fenced write failed on the controller's lease: this node no longer controls."""
+
+
+def term_counter(key: str) -> str:
+    """The store's epoch counter that group ``key``'s terms come from (see
+    :meth:`Store.next_epochs`). It outlives the group record, so an object deleted and created
+    again continues above every term its groups ever had."""
+    return GROUPS + key
+
+
+async def take_terms(store: Store, before: Mapping[str, GroupRecord], decision: Decision) -> None:
+    """Replace every term :func:`decide` changed by the next epoch of the group's counter.
+
+    :func:`decide` only knows the record it read, and a group deleted and created again has no
+    record: its ``max(term + 1, controller epoch)`` would hand out a term an earlier
+    incarnation already had (a paused leader of that incarnation, holding a higher term, would
+    then win fenced writes). The counter's next epoch is above every term ever taken from it,
+    the store clock and the term decided, so terms strictly increase per group name whatever
+    happens to the records. Terms taken for a write that then fails are simply skipped.
+    """
+    floors: dict[str, int] = {}
+    for key, group in decision.groups.items():
+        old = before.get(key)
+        if group is None or group.term == (old.term if old else 0):
+            continue
+        # Above the record's own term too: records written before the counter existed.
+        floors[term_counter(key)] = max(group.term, old.term + 1 if old else 0)
+    if not floors:
+        return
+    terms = await store.next_epochs(floors)
+    for key, group in list(decision.groups.items()):
+        name = term_counter(key)
+        if group is not None and name in terms:
+            decision.groups[key] = group.model_copy(update={"term": terms[name]})
+
+
+async def write_groups(
+    store: Store,
+    lease: Lease,
+    changed: Mapping[str, GroupRecord | None],
+    versions: Mapping[str, int],
+) -> None:
+    """Write the changed group records (``None``: delete), chunk by chunk, each transaction
+    conditioned on ``lease`` at its epoch and on the records' ``versions``. Raises
+    :class:`Deposed` when the lease is no longer held; stops quietly when a record moved (the
+    next pass starts from the new state)."""
+    fence = LeaseHeld(lease.name, lease.holder, lease.epoch)
+    items = sorted(changed.items())
+    for i in range(0, len(items), CHUNK):
+        ops: list[Op] = []
+        conditions: list[Condition] = [fence]
+        for key, group in items[i : i + CHUNK]:
+            ops.append(Put(GROUPS + key, dump(group)) if group else Delete(GROUPS + key))
+            conditions.append(VersionIs(GROUPS + key, versions.get(key, 0)))
+        res = await store.txn(ops, conditions)
+        if not res.ok:
+            if fence in res.failed:
+                raise Deposed(f"controller lease at epoch {lease.epoch} no longer held")
+            return  # a record moved under us: the next pass starts from the new state
+
+
+async def settle(
+    store: Store, lease: Lease, obs: Observed, versions: Mapping[str, int]
+) -> tuple[Decision, dict[str, GroupRecord | None]]:
+    """Decide from ``obs``, take the new terms from the store, and write what changed
+    (fenced by ``lease``). Returns the decision and the records that changed."""
+    decision = decide(obs)
+    await take_terms(store, obs.groups, decision)
+    changed = {k: g for k, g in decision.groups.items() if g != obs.groups.get(k)}
+    await write_groups(store, lease, changed, versions)
+    return decision, changed
 
 
 class PlacementController:
@@ -155,33 +226,12 @@ class PlacementController:
     async def reconcile(self, term: Term) -> Decision:
         """One pass: observe, decide, write (fenced), tell the nodes."""
         obs = await self.observe(term.epoch)
-        versions = self._versions
-        decision = decide(obs)
-        changed = {k: g for k, g in decision.groups.items() if g != obs.groups.get(k)}
-        await self._write(term, changed, versions)
+        decision, changed = await settle(self.store, term.lease, obs, self._versions)
         await self._command(term, obs, decision)
         self._account(obs, decision, changed)
         self.last = decision
         self.passes += 1
         return decision
-
-    async def _write(
-        self, term: Term, changed: dict[str, GroupRecord | None], versions: dict[str, int]
-    ) -> None:
-        lease = term.lease
-        fence = LeaseHeld(lease.name, lease.holder, lease.epoch)
-        items = sorted(changed.items())
-        for i in range(0, len(items), CHUNK):
-            ops: list[Op] = []
-            conditions: list[Condition] = [fence]
-            for key, group in items[i : i + CHUNK]:
-                ops.append(Put(GROUPS + key, dump(group)) if group else Delete(GROUPS + key))
-                conditions.append(VersionIs(GROUPS + key, versions.get(key, 0)))
-            res = await self.store.txn(ops, conditions)
-            if not res.ok:
-                if fence in res.failed:
-                    raise Deposed(f"controller lease at epoch {lease.epoch} no longer held")
-                return  # a record moved under us: the next pass starts from the new state
 
     async def _command(self, term: Term, obs: Observed, decision: Decision) -> None:
         """Send ``sync`` to every reachable node whose members differ from the records."""

@@ -8,8 +8,9 @@
 ``drain/<node>``          a drain request: the node receives no members and loses the ones it has.
 
 A group's *term* is its leadership epoch: it grows at every leader change and is never lower
-than the epoch of the controller that made the change (so a group deleted and created again
-never reuses a term). Workloads carry it on every side effect.
+than the epoch of the controller that made the change. Terms come from the store's epoch
+counter of the group's key (``Store.next_epochs``), which outlives the record, so a group
+deleted and created again never reuses a term. Workloads carry it on every side effect.
 """
 
 from __future__ import annotations

@@ -29,6 +29,13 @@ failover it holds when the servers' clocks agree to within the failover time (NT
 within milliseconds; a failover takes seconds). More than a million grants of one name within a
 single second would also outrun the clock; nothing in baton comes close.
 
+*Epoch counters.* :meth:`Store.next_epochs` hands out epochs by the same rule from named
+counters that are not leases (a placed group's term, see ``baton.placement``): a counter's next
+epoch is ``max(store_clock_in_microseconds, last_epoch_of_counter + 1, floor)``, and its last
+epoch is kept for good, so it survives whatever happens to the records that used it (a group
+deleted and created again continues above every term it ever had). Counter names are their own
+namespace: a counter and a lease of the same name do not share epochs.
+
 *Renewal* of many leases of one holder is one round trip, keeps their epochs, and fails (``None``
 for that name) if the lease expired by the store clock, was released, or is held at another epoch.
 
@@ -59,7 +66,7 @@ import builtins
 import contextlib
 import enum
 import gc
-from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -270,6 +277,14 @@ class Store(abc.ABC):
         """Write an ``expired`` change for every lease past its expiry that has not had one yet,
         then return the seconds until the next lease expiry (None when no lease is held)."""
 
+    @abc.abstractmethod
+    async def next_epochs(self, floors: Mapping[str, int]) -> dict[str, int]:
+        """Take the next epoch of every counter named in ``floors``, all in one atomic round
+        trip: ``max(store clock in microseconds, the counter's last epoch + 1, floor)``, which
+        becomes the counter's last epoch. An epoch taken and never used is simply skipped, so a
+        caller may take epochs before a write that then fails. Not a change (the feed does not
+        show it), like a renewal."""
+
     # -- records -----------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -411,6 +426,20 @@ def check_same_holder(holder: str, leases: Iterable[Lease]) -> list[Lease]:
                 f"cannot renew lease {lease.name!r} of holder {lease.holder!r} as {holder!r}: "
                 "renew each holder's leases separately"
             )
+    return out
+
+
+def check_floors(floors: Mapping[str, int]) -> dict[str, int]:
+    """Validate the counters and floors of :meth:`Store.next_epochs`."""
+    out: dict[str, int] = {}
+    for name, floor in floors.items():
+        check_name("epoch counter name", name)
+        # 2**53: exact in every backend (Redis scripts compute in doubles) and in JSON.
+        if isinstance(floor, bool) or not isinstance(floor, int) or not 0 <= floor <= 2**53:
+            raise ConfigError(
+                f"bad floor {floor!r} for epoch counter {name!r}: use an integer from 0 to 2**53"
+            )
+        out[name] = floor
     return out
 
 

@@ -11,6 +11,8 @@ Everything lives in a schema named after the namespace, created on first connect
              lease is released or expires), ttl_us, exp_us, expired_logged,
              successor and reserved_until_us (a handover reservation)
     records  key, value, version
+    counters name, epoch: the last epoch of each epoch counter (``next_epochs``); created on
+             connect in a namespace that predates it
     changes  the change log: rev (primary key), kind, key, value, version, holder, epoch,
              successor
 
@@ -55,7 +57,7 @@ import re
 import select
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -82,6 +84,7 @@ from baton.store.base import (
     TxnResult,
     VersionIs,
     bulk_allocation,
+    check_floors,
     check_name,
     check_ops,
     check_same_holder,
@@ -106,6 +109,11 @@ FEED_RETAIN = 100_000
 TRIM_INTERVAL = 10.0
 #: At most this many changes are trimmed at once, to keep each trim short.
 TRIM_BATCH = 50_000
+
+_COUNTERS_DDL = """CREATE TABLE IF NOT EXISTS {s}.counters (
+    name text COLLATE "C" PRIMARY KEY,
+    epoch bigint NOT NULL
+)"""
 
 _DDL = (
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -142,6 +150,7 @@ _DDL = (
         successor text
     )""",
     "INSERT INTO {s}.head (rev) VALUES (0) ON CONFLICT DO NOTHING",
+    _COUNTERS_DDL,
     # meta last: its existence means the whole schema exists (DDL is transactional).
     """CREATE TABLE IF NOT EXISTS {s}.meta (
         one boolean PRIMARY KEY DEFAULT true CHECK (one),
@@ -247,6 +256,17 @@ log AS (
 ),
 bump AS (UPDATE {s}.head SET rev = head.rev + 1 WHERE EXISTS (SELECT 1 FROM freed))
 SELECT pg_notify(%(channel)s, '') FROM freed
+"""
+
+# Autocommit, one statement: the row locks of ON CONFLICT serialise concurrent callers, and
+# the later one re-reads the newest epoch, so epochs of a counter strictly increase.
+_NEXT_EPOCHS = """
+WITH now AS (SELECT {now} AS us)
+INSERT INTO {s}.counters AS c (name, epoch)
+SELECT r.name, greatest(now.us, r.floor)
+FROM now, unnest(%(names)s::text[], %(floors)s::bigint[]) AS r(name, floor)
+ON CONFLICT (name) DO UPDATE SET epoch = greatest(EXCLUDED.epoch, c.epoch + 1)
+RETURNING c.name, c.epoch
 """
 
 _GET_LEASE = """
@@ -553,6 +573,8 @@ class PostgresStore(Store):
         self._renew = q(_RENEW)
         self._release = q(_RELEASE)
         self._get_lease = q(_GET_LEASE)
+        self._next_epochs = q(_NEXT_EPOCHS)
+        self._counters_ddl = q(_COUNTERS_DDL)
         self._next_expiry = q(_NEXT_EXPIRY)
         self._expire = q(_EXPIRE)
         self._trim = q(_TRIM)
@@ -742,6 +764,17 @@ class PostgresStore(Store):
                 f"{row[0] if row else None}, this baton uses {_SCHEMA_VERSION}: use a matching "
                 "baton or another namespace"
             )
+        # The counters table came later than schema version 1: add it where it is missing
+        # (under the same lock, as concurrent CREATE ... IF NOT EXISTS can collide).
+        cur = await conn.execute("SELECT to_regclass(%s)", [f'"{self.namespace}".counters'])
+        row = await cur.fetchone()
+        if row is None or row[0] is None:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                    [f"baton schema {self.namespace}"],
+                )
+                await conn.execute(self._counters_ddl)
 
     async def _open_listener(self) -> _Conn:
         conn = await self._connect()
@@ -864,6 +897,14 @@ class PostgresStore(Store):
         }
         rows = await self._append(self._release, params, f"releasing lease {lease.name!r}")
         return bool(rows)
+
+    async def next_epochs(self, floors: Mapping[str, int]) -> dict[str, int]:
+        wanted = check_floors(floors)
+        if not wanted:
+            return {}
+        params = {"names": list(wanted), "floors": list(wanted.values())}
+        rows = await self._rows(self._next_epochs, params, "taking epochs")
+        return {str(name): int(epoch) for name, epoch in rows}
 
     async def get_lease(self, name: str) -> Lease | None:
         """The current holder of ``name``, or None if nobody holds it by the store clock."""

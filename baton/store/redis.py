@@ -13,6 +13,8 @@ Keys, all under ``"<namespace>:"``:
                        ``<revision>-0``), trimmed to about ``log_limit`` entries
 ``epochs``             hash name -> last epoch granted; never expires, so epochs keep growing
                        across releases and expiries
+``counters``           hash name -> last epoch of an epoch counter (``next_epochs``); never
+                       expires either
 ``lease``              hash name -> holder, epoch and ttl of every held lease, joined by
                        newlines (until its expiry is logged)
 ``expiry``             sorted set of held lease names by expiry in microseconds: the only
@@ -46,7 +48,7 @@ import asyncio
 import builtins
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import redis.asyncio as aioredis
@@ -84,6 +86,7 @@ from baton.store.base import (
     TxnResult,
     VersionIs,
     bulk_allocation,
+    check_floors,
     check_name,
     check_ops,
     check_same_holder,
@@ -113,6 +116,7 @@ _T = TypeVar("_T")
 #: The fixed keys, passed to every script as KEYS in this order.
 _KEY_NAMES: Final = (
     "incarnation", "revision", "log", "records", "lease", "lease_names", "expiry", "epochs",
+    "counters",
 )  # fmt: skip
 
 # -- Lua ---------------------------------------------------------------------------------------
@@ -297,6 +301,22 @@ for first = 1, n, CHUNK do
   end
 end
 return {fmt(now), table.concat(lost, ',')}
+"""
+
+# ARGV[5] "name\nfloor\nname\nfloor..." (framed as for renew). Returns the new epoch of each
+# counter, in the order given. Like a renewal, not a change.
+_NEXT_EPOCHS = r"""
+local K_COUNTERS = KEYS[9]
+local now = clock()
+local out, n = {}, 0
+for name, floor in string.gmatch(ARGV[5], '([^\n]+)\n([^\n]+)') do
+  local last = tonumber(redis.call('HGET', K_COUNTERS, name) or '0')
+  local epoch = fmt(math.max(now, last + 1, tonumber(floor)))
+  redis.call('HSET', K_COUNTERS, name, epoch)
+  n = n + 1
+  out[n] = epoch
+end
+return out
 """
 
 # ARGV[5] name, [6] holder, [7] epoch, [8] successor ('' for none). Returns 1 if released.
@@ -508,6 +528,7 @@ _SCRIPTS: Final = {
     "acquire": _ACQUIRE,
     "renew": _RENEW,
     "release": _RELEASE,
+    "next_epochs": _NEXT_EPOCHS,
     "get_lease": _GET_LEASE,
     "list_leases": _LIST_LEASES,
     "expire_due": _EXPIRE_DUE,
@@ -792,6 +813,15 @@ class RedisStore(Store):
             idempotent=False,
         )
         return bool(res)
+
+    async def next_epochs(self, floors: Mapping[str, int]) -> dict[str, int]:
+        wanted = check_floors(floors)
+        if not wanted:
+            return {}
+        framed = "\n".join(f"{name}\n{floor}" for name, floor in wanted.items())
+        # Retrying is safe: a second attempt only skips an epoch, which the contract allows.
+        res = await self._run("next_epochs", [framed], idempotent=True)
+        return {name: int(e) for name, e in zip(wanted, res, strict=True)}
 
     async def get_lease(self, name: str) -> Lease | None:
         check_name("lease name", name)

@@ -20,7 +20,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +41,7 @@ from baton.store.base import (
     TxnResult,
     VersionIs,
     bulk_allocation,
+    check_floors,
     check_name,
     check_ops,
     check_same_holder,
@@ -64,6 +65,7 @@ CREATE TABLE IF NOT EXISTS {p}leases (
 CREATE INDEX IF NOT EXISTS {p}leases_held ON {p}leases (exp_us) WHERE holder IS NOT NULL;
 CREATE TABLE IF NOT EXISTS {p}records (
     key TEXT PRIMARY KEY, value BLOB NOT NULL, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS {p}counters (name TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS {p}changes (
     rev INTEGER PRIMARY KEY, kind TEXT NOT NULL, key TEXT NOT NULL, value BLOB, version INTEGER,
     holder TEXT, epoch INTEGER, successor TEXT);
@@ -308,6 +310,25 @@ class SQLiteStore(Store):
             (self._now_us(), *args),
         ).fetchall()
         return [Lease(n, h, e, t / US, x / US) for n, h, e, t, x in rows]
+
+    async def next_epochs(self, floors: Mapping[str, int]) -> dict[str, int]:
+        wanted = check_floors(floors)
+        if not wanted:
+            return {}
+        p = self._p
+
+        def op(db: sqlite3.Connection, now: int) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for name, floor in wanted.items():
+                (epoch,) = db.execute(
+                    f"INSERT INTO {p}counters VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
+                    "epoch = max(excluded.epoch, epoch + 1) RETURNING epoch",
+                    (name, max(now, floor)),
+                ).fetchone()
+                out[name] = int(epoch)
+            return out
+
+        return await self._run(self._write, op)
 
     async def get_lease(self, name: str) -> Lease | None:
         found = await self._run(self._held, "name = ?", (name,))
