@@ -45,6 +45,7 @@ from baton.errors import (
     NotLeader,
     StoreError,
 )
+from baton.logs import describe
 from baton.store.base import Change, ChangeKind, Lease, Store, check_name
 from baton.timings import Timings
 
@@ -436,7 +437,7 @@ class Election:
                     self.error_observer("campaign")
                 log.warning(
                     "store call failed",
-                    extra={"election": self.name, "node": self.node_id, "error": str(exc)},
+                    extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
                 )
                 if self.state is not State.LEADER:
                     await self._sleep_or_wake(self.timings.renew_interval / 2)
@@ -509,7 +510,7 @@ class Election:
                     self.error_observer("renew")
                 log.warning(
                     "renewal failed",
-                    extra={"election": self.name, "node": self.node_id, "error": str(exc)},
+                    extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
                 )
                 next_renewal = time.monotonic() + min(t.request_timeout, t.renew_interval / 4)
                 continue
@@ -552,7 +553,7 @@ class Election:
             except (StoreError, ConfigError, OSError) as exc:
                 log.warning(
                     "change feed failed",
-                    extra={"election": self.name, "node": self.node_id, "error": str(exc)},
+                    extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
                 )
                 await asyncio.sleep(self.timings.renew_interval / 2)
 

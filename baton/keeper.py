@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from baton.errors import LossReason, StoreError
+from baton.logs import describe
 from baton.store.base import Lease, Store, check_name
 from baton.timings import Timings
 
@@ -147,7 +148,7 @@ class LeaseKeeper:
             except (StoreError, TimeoutError) as exc:
                 log.warning(
                     "renewal failed",
-                    extra={"node": self.holder, "leases": len(batch), "error": str(exc)},
+                    extra={"node": self.holder, "leases": len(batch), "error": describe(exc)},
                 )
                 continue
             finally:

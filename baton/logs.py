@@ -16,6 +16,16 @@ _context: list[Callable[[], Mapping[str, object]]] = []
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
+def describe(exc: BaseException) -> str:
+    """``exc`` for an ``error=`` field or a message: ``TypeName: message`` on one line, or just
+    ``TypeName`` when the message is empty (``str(TimeoutError())`` is ``""``, and a line
+    reading ``error=""`` says nothing about what failed). baton's own messages never hold
+    secrets (store URLs are redacted where they are raised)."""
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
 def _quote(value: object) -> str:
     text = str(value)
     if not text or any(c in text for c in ' "=\n'):
@@ -42,8 +52,9 @@ class KeyValueFormatter(logging.Formatter):
                 extra = {}
             fields = {**extra, **fields}
         parts.extend(f"{key}={_quote(value)}" for key, value in fields.items())
-        if record.exc_info:
-            parts.append(f"error={_quote(self.formatException(record.exc_info).splitlines()[-1])}")
+        if record.exc_info and record.exc_info[1] is not None:
+            # Not the traceback's last line: that is only the end of a multi-line message.
+            parts.append(f"error={_quote(describe(record.exc_info[1]))}")
         return " ".join(parts)
 
 

@@ -1,13 +1,17 @@
 """The node's HTTP API (FastAPI on uvicorn), with an OpenAPI document at ``/openapi.json``.
 
-Every route except ``/healthz`` needs the cluster token as a Bearer token. A missing or wrong
-token gets 401 with no detail; tokens are compared in constant time and never logged. Commands
-between nodes carry the sender's role and epoch; a stale one gets 409 and changes nothing.
+Every route except ``/healthz`` needs the cluster token as a Bearer token, the OpenAPI
+document included (``/docs`` and ``/redoc`` are not served). A missing or wrong token gets 401
+with no detail; tokens are compared in constant time and never logged. Commands between nodes
+carry the sender's role and epoch; a stale one gets 409 and changes nothing. A request that
+fails unexpectedly gets 500, is counted in ``baton_http_requests_total`` and logged with what
+failed.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from typing import Annotated, Any, Literal
 
@@ -17,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
 from baton.errors import BatonError
+from baton.logs import describe
 from baton.node.agent import NodeAgent
 from baton.node.api_cascade import cascade_router
 from baton.placement.view import placement_view
@@ -24,6 +29,8 @@ from baton.placement.view import placement_view
 #: ``object/partition``, as in group records.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 GROUP_KEY = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}/[0-9]{1,5}$"
+
+log = logging.getLogger("baton.api")
 
 
 class Health(BaseModel):
@@ -72,6 +79,9 @@ def build_app(agent: NodeAgent) -> FastAPI:
     app = FastAPI(
         title="baton node API",
         version=__version__,
+        # The document describes every route and field: served below, behind the token. The
+        # browsable /docs and /redoc pages are off (a browser cannot send the Bearer token).
+        openapi_url=None,
         docs_url=None,
         redoc_url=None,
     )
@@ -89,13 +99,29 @@ def build_app(agent: NodeAgent) -> FastAPI:
     @app.middleware("http")
     async def count(request: Request, call_next: Any) -> Response:
         started = time.monotonic()
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
+        failure: Exception | None = None
+        try:
+            response: Response = await call_next(request)
+        except Exception as exc:
+            # Unhandled: answer 500 here, so that the failure is counted and logged like any
+            # other response (raised on, it would reach neither the metric nor our log).
+            failure = exc
+            response = JSONResponse({"detail": "internal error"}, status_code=500)
+        path = getattr(request.scope.get("route"), "path", "unmatched")
         agent.metrics.requests.labels(request.method, path, str(response.status_code)).inc()
+        if failure is not None:
+            log.error(
+                "request failed",
+                extra={"method": request.method, "route": path, "error": describe(failure)},
+            )
         response.headers["x-baton-node"] = agent.node_id
         response.headers["server-timing"] = f"app;dur={(time.monotonic() - started) * 1000:.1f}"
         return response
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        """The OpenAPI document (it needs the token, as every route but ``/healthz``)."""
+        return JSONResponse(app.openapi())
 
     @app.get("/healthz", response_model=Health)
     async def healthz() -> Health:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from baton.placement.records import create_object, make_object
 from baton.placement.view import placement_view
 from baton.store import open_store
 from baton.testing import await_for
+from tests.unit.test_logs import Lines
 
 TOKEN = "cluster-token-0123456789"
 
@@ -59,10 +61,48 @@ async def test_healthz_needs_no_token(agent: NodeAgent) -> None:
 @pytest.mark.parametrize("token", [None, "wrong-token-0123456789", TOKEN + "x", ""])
 async def test_everything_else_needs_the_token(agent: NodeAgent, token: str | None) -> None:
     async with client(agent, token=token) as c:
-        for method, path in (("GET", "/v1/status"), ("GET", "/metrics"), ("POST", "/v1/commands")):
+        for method, path in (
+            ("GET", "/v1/status"), ("GET", "/metrics"), ("POST", "/v1/commands"),
+            ("GET", "/openapi.json"),  # it describes every route: not for anyone who asks
+        ):  # fmt: skip
             res = await c.request(method, path, json={})
             assert res.status_code == 401, (path, res.text)
             assert TOKEN not in res.text and res.json() == {"detail": "Unauthorized"}
+        for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):  # not served at all
+            assert (await c.get(path)).status_code == 404, path
+
+
+async def test_openapi_document_with_the_token(agent: NodeAgent) -> None:
+    async with client(agent) as c:
+        res = await c.get("/openapi.json")
+    assert res.status_code == 200 and "/v1/status" in res.json()["paths"]
+    assert "/openapi.json" not in res.json()["paths"]
+
+
+async def test_an_unhandled_failure_is_a_counted_and_logged_500(agent: NodeAgent) -> None:
+    app = build_app(agent)
+
+    @app.get("/v1/fails")
+    async def fails() -> None:
+        raise TimeoutError  # str() is "": the log line must still say what failed
+
+    lines = Lines()
+    logging.getLogger("baton.api").addHandler(lines)
+    transport = httpx.ASGITransport(app=app)
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://n", headers=headers
+        ) as c:
+            res = await c.get("/v1/fails")
+            assert res.status_code == 500 and res.json() == {"detail": "internal error"}
+            assert res.headers["x-baton-node"] == "a"
+            metrics = (await c.get("/metrics")).text
+    finally:
+        logging.getLogger("baton.api").removeHandler(lines)
+    assert 'baton_http_requests_total{method="GET",route="/v1/fails",status="500"} 1.0' in metrics
+    [line] = lines.lines
+    assert 'msg="request failed"' in line and "route=/v1/fails error=TimeoutError" in line, line
 
 
 async def test_status_shows_node_controller_and_leases(agent: NodeAgent) -> None:
@@ -109,7 +149,7 @@ def test_openapi_matches_the_routes(tmp_path: Path) -> None:
     routed = {
         (m, r.path)
         for r in app.routes
-        if isinstance(r, APIRoute)
+        if isinstance(r, APIRoute) and r.include_in_schema
         for m in r.methods or ()
         if m != "HEAD"
     }

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
+import sys
+from pathlib import Path
 
 from baton import logs
+from baton.election import Election
+from baton.store import open_store
+from baton.testing import await_for
+from baton.timings import Timings
 
 
 def line(msg: str, **extra: object) -> str:
@@ -41,3 +48,62 @@ def test_broken_context_keeps_the_line() -> None:
         assert 'msg="still here"' in line("still here")
     finally:
         logs.set_context(None)
+
+
+def test_an_error_always_says_what_failed() -> None:
+    assert logs.describe(TimeoutError()) == "TimeoutError"
+    assert logs.describe(ValueError("no\n  good")) == "ValueError: no good"
+    try:
+        raise ConnectionError("refused\nDETAIL: twice")
+    except ConnectionError:
+        record = logging.LogRecord("baton.x", logging.ERROR, __file__, 1, "failed", None, None)
+        record.exc_info = sys.exc_info()
+    # The whole exception on one line, not the traceback's last line ("DETAIL: twice").
+    assert (
+        logs.KeyValueFormatter()
+        .format(record)
+        .endswith('error="ConnectionError: refused DETAIL: twice"')
+    )
+
+
+class Lines(logging.Handler):
+    """The formatted lines of one logger (caplog would miss them once logs.setup() stopped
+    propagation in this process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logs.KeyValueFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+async def test_a_renewal_that_times_out_is_logged_as_a_timeout(tmp_path: Path) -> None:
+    # A renewal abandoned by its deadline raises a TimeoutError whose str() is "": the line
+    # used to read error="". A writer holding the SQLite file locked makes that happen for real.
+    timings = Timings.for_ttl(2.0)
+    handler = Lines()
+    logger = logging.getLogger("baton.election")
+    logger.addHandler(handler)
+    store = open_store(f"sqlite://{tmp_path / 's.db'}")
+    election = Election(store, "job", "a", timings)
+    try:
+        await election.start()
+        await election.wait_leadership(10)
+        blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            line = await await_for(
+                lambda: next((x for x in handler.lines if 'msg="renewal failed"' in x), None),
+                timeout=10,
+                what="a failed renewal",
+            )
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert line.endswith("error=TimeoutError"), line
+    finally:
+        logger.removeHandler(handler)
+        await election.stop()
+        await store.close()
