@@ -50,6 +50,12 @@ def one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None
         (["lease", "list", "--store", "postgresql://u:sekret@127.0.0.1:PORT/x"], 1, []),
         (["lease", "list", "--store", "sqlite:///no/such/dir/x.db"], 1, ["does not exist"]),
         (["frobnicate"], 2, ["frobnicate"]),
+        # A node API URL without its scheme read as "is the node running?" (the node may be).
+        (["status", "--api", "127.0.0.1:PORT"], 2, ["--api", "needs http://", "http://127.0"]),
+        (["status", "--api", "localhost:7400"], 2, ["needs http://", "http://localhost:7400"]),
+        (["status", "--api", "ftp://127.0.0.1:PORT"], 2, ["needs http://"]),
+        (["status", "--api", "http://"], 2, ["needs http://", "a host"]),
+        (["status", "--api", "http://127.0.0.1:99999"], 2, ["port", "65535"]),
     ],
 )
 def test_bad_input_is_one_line(
@@ -65,6 +71,13 @@ def test_bad_input_is_one_line(
     if db.exists():
         list_ = baton("lease", "list", "--store", f"sqlite://{db}", "--json")
         assert list_.stdout.strip() == "[]", "bad input changed the store"
+
+
+def test_status_api_down_says_so_and_what_failed() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    res = baton("status", "--api", url, env={"BATON_TOKEN": "t" * 16})
+    one_line_error(res, f"cannot reach node API {url}: ConnectError", "is the node running?")
+    assert "t" * 16 not in res.stderr
 
 
 def test_lease_show_and_list(backend: Backend, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -55,3 +56,36 @@ def need_store(url: str | None) -> str:
         raise click.UsageError("no store given: use --store URL or set BATON_STORE")
     open_store(url)  # validates the URL (ConfigError) before anything else happens
     return url
+
+
+def check_api_url(
+    ctx: click.Context | None, param: click.Parameter | None, value: str | None
+) -> str | None:
+    """Validate a node API URL (the callback of every ``--api`` option): ``http://`` or
+    ``https://``, a host and a valid port. Without a scheme, httpx failed in a way that read
+    like a node that is down ("is the node running?")."""
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # an unbalanced IPv6 bracket
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        hint = f"http://{value}" if value and "://" not in value else "http://127.0.0.1:7400"
+        raise click.BadParameter(
+            f"{value!r} is not a node API URL: it needs http:// (or https://) and a host, "
+            f"for example {hint}"
+        )
+    try:
+        parts.port  # noqa: B018 - parsed on access: raises for a port that is not one
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: the port is not a number from 0 to 65535") from None
+    return value.rstrip("/")
+
+
+api_option = click.option(
+    "--api",
+    metavar="URL",
+    callback=check_api_url,
+    help="Ask a node's API instead of the store (http://host:port).",
+)

@@ -20,7 +20,14 @@ from baton import logs
 from baton.cli import cascade as cascade_cli
 from baton.cli import cascade_run
 from baton.cli import placement as placement_cli
-from baton.cli.common import EXIT_USAGE, fail, need_store, run_async, store_option
+from baton.cli.common import (
+    EXIT_USAGE,
+    api_option,
+    fail,
+    need_store,
+    run_async,
+    store_option,
+)
 from baton.errors import ConfigError, redact_url
 from baton.store import Lease, open_store
 from baton.timings import Timings
@@ -153,7 +160,9 @@ def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:
             timeout=5,
         )
     except httpx.HTTPError as exc:
-        raise ConfigError(f"cannot reach node API {api}: {exc}; is the node running?") from None
+        raise ConfigError(
+            f"cannot reach node API {api}: {logs.describe(exc)}; is the node running?"
+        ) from None
     if res.status_code == 401:
         raise ConfigError(f"node API {api} refused the token: check --token-file")
     if res.status_code != 200:
@@ -164,7 +173,7 @@ def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:
 
 @cli.command()
 @store_option
-@click.option("--api", metavar="URL", help="Ask a node's API instead of the store.")
+@api_option
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path),
