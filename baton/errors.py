@@ -8,6 +8,7 @@ so callers never import a driver to catch its errors.
 
     BatonError
     ├── ConfigError            bad input: a URL, a timing, an argument (changes nothing)
+    │   └── SpecError          an object's spec does not suit its workload type
     ├── StoreError             the coordination store failed us
     │   ├── StoreUnavailable   cannot connect, connection lost, server gone
     │   ├── StoreTimeout       the store did not answer within the request timeout
@@ -33,6 +34,12 @@ class BatonError(Exception):
 
 class ConfigError(BatonError, ValueError):
     """Bad input: a configuration value, URL or argument. Nothing was changed."""
+
+
+class SpecError(ConfigError):
+    """An object's ``spec`` does not suit its workload type (see
+    ``Workload.validate_spec``): refused when the object is created, and reported as the
+    member's error by a node that is asked to run it anyway. Nothing was changed."""
 
 
 class StoreError(BatonError):

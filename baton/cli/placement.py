@@ -20,6 +20,7 @@ from baton.placement.records import (
     set_drain,
 )
 from baton.placement.view import placement_view
+from baton.placement.workload import check_spec
 from baton.store import open_store
 
 
@@ -59,6 +60,8 @@ def object_create(  # click passes every parameter by keyword
     """Create object NAME of workload type TYPE."""
     url = need_store(store_url)
     obj = make_object(type_, name, partitions, replicas, spec=spec, selector=_labels(selector))
+    # Before the store is even opened: a bad spec is the user's to fix, whatever the store says.
+    obj = check_spec(obj)
 
     async def go() -> None:
         async with open_store(url) as store:
@@ -164,3 +167,5 @@ def placement(store_url: str | None, as_json: bool) -> None:
     console.print(groups)
     if view["failures"]:
         console.print(f"[bold red]{len(view['failures'])} group(s) in failure reconciliation")
+    if view["errors"]:
+        console.print(f"[bold red]{len(view['errors'])} group(s) with a member that cannot run")

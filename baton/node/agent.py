@@ -237,12 +237,15 @@ class NodeAgent:
 
     async def obey(
         self, sender: str, role: str, epoch: int, command: str, groups: list[str]
-    ) -> tuple[bool, str]:
-        """Check a command's epoch against the store, then carry it out."""
+    ) -> tuple[bool, str, dict[str, str]]:
+        """Check a command's epoch against the store, then carry it out. Returns (accepted,
+        reason, the named groups whose member cannot run on this node with why); may raise
+        :class:`StoreError`."""
         ok, detail = await self.check_command(sender, role, epoch)
+        failed: dict[str, str] = {}
         if ok and command == "sync":
-            await self.runner.sync(groups)
-        return ok, detail
+            failed = await self.runner.sync(groups)
+        return ok, detail, failed
 
     async def check_command(self, sender: str, role: str, epoch: int) -> tuple[bool, str]:
         """Whether a command from ``sender`` acting as ``role`` at ``epoch`` may be obeyed: the

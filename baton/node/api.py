@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from baton import __version__
-from baton.errors import BatonError
+from baton.errors import BatonError, StoreError
 from baton.logs import describe
 from baton.node.agent import NodeAgent
 from baton.node.api_cascade import cascade_router
@@ -70,8 +70,13 @@ class GroupsReport(BaseModel):
 
 
 class CommandResult(BaseModel):
+    """A command's outcome. ``failed``: the named groups whose member cannot run on this node
+    (its workload could not be created or take its role), with why; the command was carried
+    out for every other group."""
+
     accepted: bool
     detail: str
+    failed: dict[str, str] = Field(default_factory=dict)
 
 
 def build_app(agent: NodeAgent) -> FastAPI:
@@ -141,14 +146,40 @@ def build_app(agent: NodeAgent) -> FastAPI:
     @app.post(
         "/v1/commands",
         response_model=CommandResult,
-        responses={409: {"model": CommandResult, "description": "stale or wrong epoch"}},
+        responses={
+            409: {"model": CommandResult, "description": "stale or wrong epoch: nothing done"},
+            422: {
+                "model": CommandResult,
+                "description": "obeyed, but the members of the groups in `failed` cannot run "
+                "here (why, per group); every other group was converged",
+            },
+            503: {
+                "model": CommandResult,
+                "description": "the store failed: the command may be partly done; the "
+                "controller sends it again",
+            },
+        },
         dependencies=auth,
     )
     async def command(cmd: Command) -> JSONResponse:
         """Obey a command only if the store says its sender holds the role at that epoch."""
-        ok, detail = await agent.obey(cmd.sender, cmd.role, cmd.epoch, cmd.command, cmd.groups)
-        result = CommandResult(accepted=ok, detail=detail)
-        return JSONResponse(result.model_dump(), status_code=200 if ok else 409)
+        try:
+            ok, detail, failed = await agent.obey(
+                cmd.sender, cmd.role, cmd.epoch, cmd.command, cmd.groups
+            )
+        except StoreError as exc:
+            result = CommandResult(accepted=False, detail=str(exc))
+            return JSONResponse(result.model_dump(), status_code=503)
+        if not ok:
+            return JSONResponse(CommandResult(accepted=False, detail=detail).model_dump(), 409)
+        if failed:
+            shown = sorted(failed.items())[:3]  # the rest are in ``failed``
+            detail = f"{len(failed)} group(s) cannot run on {agent.node_id}: " + "; ".join(
+                f"{key}: {why}" for key, why in shown
+            )
+            result = CommandResult(accepted=True, detail=detail, failed=failed)
+            return JSONResponse(result.model_dump(), status_code=422)
+        return JSONResponse(CommandResult(accepted=True, detail=detail).model_dump())
 
     @app.get("/v1/groups", response_model=GroupsReport, dependencies=auth)
     async def groups() -> GroupsReport:

@@ -313,3 +313,7 @@ class PlacementController:
                 log.warning(
                     "group in failure reconciliation", extra={"group": key, "detail": group.detail}
                 )
+        for key in decision.errors:
+            group = decision.groups.get(key)
+            if group is not None and key in changed:
+                log.warning("group member cannot run", extra={"group": key, "detail": group.detail})

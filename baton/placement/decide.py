@@ -9,6 +9,9 @@ membership lease lapsed or the controller cannot reach it. It is deposed only wh
 the group's other members report no live stream from it (a member whose own membership lapsed
 counts as having none); otherwise the group stays in failure reconciliation (state
 ``failure``), untouched. The new leader is the member with the highest commit index.
+
+A group with a member that reports its workload cannot run (it could not be created or take
+its role) is in state ``error``, with where and why, and is otherwise placed as usual.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class Decision:
     placement: Placement | None = None
     transfers: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: Groups with a member whose workload cannot run (state ``error``).
+    errors: list[str] = field(default_factory=list)
 
 
 def _report(obs: Observed, node: str, key: str) -> Mapping[str, Any] | None:
@@ -76,6 +81,17 @@ def _in_sync(obs: Observed, g: GroupRecord) -> bool:
         if rep.get("role") != want or (want == "follower" and rep.get("leader") != g.leader):
             return False
     return bool(g.members)
+
+
+def member_errors(obs: Observed, g: GroupRecord) -> str:
+    """The errors the members of ``g`` report (a workload that cannot be created or take its
+    role), as one line, or ""."""
+    found = []
+    for m in g.members:
+        rep = _report(obs, m, g.key)
+        if rep is not None and rep.get("error"):
+            found.append(f"member on {m}: {rep['error']}")
+    return "; ".join(found)
 
 
 def guard(obs: Observed, g: GroupRecord) -> tuple[bool, str]:
@@ -254,6 +270,10 @@ def decide(obs: Observed) -> Decision:
             state, detail = "placing", "no member to lead"
         elif _in_sync(obs, new):
             state, detail = "ok", ""
+        elif errors := member_errors(obs, new):
+            # Shown rather than "waiting": no pass will fix it until its cause is fixed.
+            state, detail = "error", errors
+            out.errors.append(key)
         else:
             state, detail = (
                 (

@@ -33,7 +33,9 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: member is placed on a node that cannot run it.
 TYPE_LABEL = "baton.type/"
 
-GroupState = Literal["ok", "placing", "transferring", "failure"]
+#: ``error``: a member reports that its workload cannot run (``detail`` says where and why);
+#: placement goes on as usual and the member is tried again at every pass.
+GroupState = Literal["ok", "placing", "transferring", "failure", "error"]
 
 
 def _check_name(kind: str, value: str) -> str:
@@ -161,7 +163,11 @@ def make_object(
 
 
 async def create_object(store: Store, obj: ObjectSpec) -> None:
-    """Create ``obj``; refuses (ConfigError) when the name is taken."""
+    """Create ``obj``; refuses (ConfigError) when the name is taken, and (SpecError) when its
+    type, if this process knows it, does not accept its spec. A refusal writes nothing."""
+    from baton.placement.workload import check_spec  # it imports this module
+
+    obj = check_spec(obj)
     obj = obj.model_copy(update={"created_at": obj.created_at or await store.now()})
     res = await store.put(OBJECTS + obj.name, dump(obj), version=0)
     if not res.ok:

@@ -6,6 +6,12 @@ itself: a command names groups, it does not carry their state, so a delayed or r
 can only make the node converge to what the store says now. It also stops every leader role the
 moment the node loses its membership lease: a node cut off from the store stops acting before
 the controller may nominate someone else (invariant 2).
+
+A member whose workload cannot be created (its spec refused by the type, its constructor
+failing, its type not run here) or cannot take its role is isolated: it is kept with its error,
+which ``/v1/groups`` reports (the controller shows the group in state ``error`` with it), it is
+tried again at the next command, and the other groups of the same command are converged
+regardless.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from baton.errors import BatonError, StoreError
 from baton.placement.records import GROUPS, OBJECTS, GroupRecord, parse_group, parse_object
 from baton.placement.workload import Fetch, NotLeader, Workload, WorkloadContext
@@ -25,11 +33,31 @@ from baton.store import Store
 log = logging.getLogger("baton.placement")
 
 
+#: The longest member error kept and reported (a workload's exception text can be long).
+ERROR_LIMIT = 300
+
+
+def describe(exc: BaseException) -> str:
+    """One bounded line for a member error: baton errors say it all, others get their type."""
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        text = f"{exc.title} is not valid: {where}: {err['msg']}"
+    elif isinstance(exc, BatonError):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split())
+    return text if len(text) <= ERROR_LIMIT else text[: ERROR_LIMIT - 3] + "..."
+
+
 @dataclass(slots=True)
 class Member:
     """This node's member of one group."""
 
-    workload: Workload
+    #: None when the workload could not be created (``error`` says why; tried again on the
+    #: next command).
+    workload: Workload | None
     role: str = "none"  # "leader", "follower" or "none" (placed but not started)
     term: int = 0
     leader: str | None = None
@@ -62,14 +90,27 @@ class Runner:
         self.members: dict[str, Member] = {}
         self._background: set[asyncio.Future[None]] = set()
 
-    async def sync(self, keys: Iterable[str]) -> None:
-        """Make the members of ``keys`` match their group records in the store."""
+    async def sync(self, keys: Iterable[str]) -> dict[str, str]:
+        """Make the members of ``keys`` match their group records in the store. Returns the
+        groups whose member on this node cannot run, with why; one such group never keeps the
+        others from converging. Raises :class:`~baton.errors.StoreError` when the store fails
+        (the groups not reached yet are converged by the next command)."""
+        failed: dict[str, str] = {}
         for key in sorted(set(keys)):
-            await self._sync_one(key)
+            problem = await self._sync_one(key)
+            if problem:
+                failed[key] = problem
+        return failed
 
-    async def _sync_one(self, key: str) -> None:
+    async def _sync_one(self, key: str) -> str:
+        """Converge one group; returns why its member cannot run here, or ""."""
         rec = await self.store.get(GROUPS + key)
-        group = parse_group(rec.value) if rec is not None else None
+        try:
+            group = parse_group(rec.value) if rec is not None else None
+        except ValidationError as exc:
+            # Not one the controller wrote (another version, a hand edit): leave this node's
+            # member as it is rather than guess.
+            return describe(exc)
         if group is not None and self.node_id not in group.members:
             group = None
         member = self.members.get(key)
@@ -77,28 +118,48 @@ class Runner:
             if member is not None:
                 async with member.lock:
                     await self._stop(member)
-                    await member.workload.close()
+                    if member.workload is not None:
+                        await member.workload.close()
                 self.members.pop(key, None)
-            return
-        if member is None:
-            member = await self._create(group)
+            return ""
+        if member is None or member.workload is None:
+            member = await self._create(group, member)
             if member is None:
-                return
+                return ""
+            if member.workload is None:
+                return member.error
         async with member.lock:
             await self._converge(member, group)
+        return member.error
 
-    async def _create(self, group: GroupRecord) -> Member | None:
-        cls = self.types.get(group.type)
+    async def _create(self, group: GroupRecord, failed: Member | None) -> Member | None:
+        """This node's member of ``group``: its workload, or the error that kept it from being
+        created (``failed`` is the previous attempt's, to log a repeated error only once).
+        None when the object is gone (the group record goes next)."""
         obj_rec = await self.store.get(OBJECTS + group.object)
-        if cls is None or obj_rec is None:
+        if obj_rec is None:
             return None
-        obj = parse_object(obj_rec.value)
-        path = self.data_dir / "groups" / group.object / str(group.partition)
-        path.mkdir(parents=True, exist_ok=True)
-        ctx = WorkloadContext(
-            obj, group.partition, group.key, self.node_id, path, self.fetch, self.spark
-        )
-        member = Member(cls(ctx))
+        cls = self.types.get(group.type)
+        try:
+            if cls is None:
+                raise BatonError(
+                    f"this node does not run workload type {group.type!r} (see its "
+                    "[workloads] config)"
+                )
+            obj = parse_object(obj_rec.value)
+            obj = obj.model_copy(update={"spec": cls.validate_spec(obj.spec)})
+            path = self.data_dir / "groups" / group.object / str(group.partition)
+            path.mkdir(parents=True, exist_ok=True)
+            ctx = WorkloadContext(
+                obj, group.partition, group.key, self.node_id, path, self.fetch, self.spark
+            )
+            member = Member(cls(ctx))
+        except Exception as exc:  # the type's code or its input: isolate it, never the node
+            member = Member(None, error=describe(exc))
+            if failed is None or failed.error != member.error:
+                log.warning(
+                    "group member cannot start", extra={"group": group.key, "error": member.error}
+                )
         self.members[group.key] = member
         return member
 
@@ -119,6 +180,7 @@ class Runner:
         # A term only moves forward: a record older than what this member runs is ignored.
         if group.term < member.term:
             return
+        assert member.workload is not None  # the caller creates it first
         try:
             await self._stop(member)
             if role == "leader":
@@ -136,12 +198,14 @@ class Runner:
                 },
             )
         except Exception as exc:  # a workload's bug must not take the node down
-            member.error = f"{type(exc).__name__}: {exc}"
+            member.error = describe(exc)
             log.warning("group role failed", extra={"group": group.key, "error": member.error})
 
     async def _stop(self, member: Member) -> None:
         try:
-            if member.role == "leader":
+            if member.workload is None:
+                pass
+            elif member.role == "leader":
                 await member.workload.stop_leader()
             elif member.role == "follower":
                 await member.workload.stop_follower()
@@ -199,22 +263,31 @@ class Runner:
             records, _ = await self.store.list(GROUPS)
         except StoreError:
             return
-        mine = {
-            parse_group(r.value).key
-            for r in records
-            if self.node_id in parse_group(r.value).members
-        }
-        await self.sync(mine | set(self.members))
+        mine = set(self.members)
+        for rec in records:
+            try:
+                group = parse_group(rec.value)
+            except ValidationError:
+                continue  # not a record the controller wrote: nothing to run from it
+            if self.node_id in group.members:
+                mine.add(group.key)
+        try:
+            await self.sync(mine)
+        except StoreError:
+            return  # the controller's next commands converge the rest
 
     def report(self) -> list[dict[str, Any]]:
         """What the controller polls: role, term, leader, commit index, stream liveness."""
         out = []
         for key, m in sorted(self.members.items()):
             try:
-                index = m.workload.commit_index()
-                live = m.workload.stream_live() if m.role == "follower" else False
+                if m.workload is None:
+                    index, live = -1, False
+                else:
+                    index = m.workload.commit_index()
+                    live = m.workload.stream_live() if m.role == "follower" else False
             except Exception as exc:
-                index, live, m.error = -1, False, f"{type(exc).__name__}: {exc}"
+                index, live, m.error = -1, False, describe(exc)
             out.append(
                 {
                     "group": key,
@@ -231,7 +304,7 @@ class Runner:
     async def serve(self, key: str, request: dict[str, Any]) -> dict[str, Any]:
         """A follower's fetch for group ``key``; only this group's leader answers."""
         member = self.members.get(key)
-        if member is None or member.role != "leader":
+        if member is None or member.role != "leader" or member.workload is None:
             raise NotLeader(f"{self.node_id} does not lead {key}")
         return await member.workload.serve(request)
 
@@ -239,7 +312,8 @@ class Runner:
         for member in list(self.members.values()):
             try:
                 await self._stop(member)
-                await member.workload.close()
+                if member.workload is not None:
+                    await member.workload.close()
             except BatonError as exc:
                 log.warning("closing a member failed", extra={"error": str(exc)})
         self.members.clear()

@@ -12,7 +12,9 @@ from baton.store import Store
 
 async def placement_view(store: Store) -> dict[str, Any]:
     """``per_node``: node -> type -> members; ``groups``: every group with its members, leader,
-    term and state; ``failures``: groups in failure reconciliation; plus objects and drains."""
+    term and state; ``failures``: groups in failure reconciliation; ``errors``: groups with a
+    member whose workload cannot run (the detail says which and why); plus objects and
+    drains."""
     objects = await read_objects(store)
     groups = await read_groups(store)
     drains = await read_drains(store)
@@ -44,6 +46,7 @@ async def placement_view(store: Store) -> dict[str, Any]:
         "leaders": dict(sorted(leaders.items())),
         "groups": rows,
         "failures": [r for r in rows if r["state"] == "failure"],
+        "errors": [r for r in rows if r["state"] == "error"],
         "draining": sorted(drains),
     }
 

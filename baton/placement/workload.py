@@ -11,6 +11,11 @@ group's epoch: every side effect of a leader must carry it, and whatever receive
 a term lower than the highest it has seen. The controller asks members for
 ``commit_index()`` (how much of the group's data this member has) and ``stream_live()``
 (whether this follower currently receives from its leader) to decide leader transfers.
+
+A type checks an object's ``spec`` with :meth:`Workload.validate_spec` (by default against its
+pydantic :attr:`Workload.spec_model`): when the object is created, so that a spec the type
+cannot use is refused before anything is written, and again on a node before a member starts,
+so that a spec that got past creation becomes the member's reported error.
 """
 
 from __future__ import annotations
@@ -24,11 +29,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
 
-from baton.errors import BatonError, ConfigError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from baton.errors import BatonError, ConfigError, SpecError
 from baton.placement.records import NAME, ObjectSpec
 
 log = logging.getLogger("baton.workload")
@@ -63,9 +71,36 @@ class Workload(abc.ABC):
 
     #: The type name objects use (``baton object create TYPE ...``).
     type_name: ClassVar[str]
+    #: The pydantic model of this type's ``spec``, used by :meth:`validate_spec`; None accepts
+    #: any JSON object. Field descriptions are shown when a value is refused, so say there
+    #: what a good value is.
+    spec_model: ClassVar[type[BaseModel] | None] = None
 
     def __init__(self, ctx: WorkloadContext) -> None:
         self.ctx = ctx
+
+    @classmethod
+    def validate_spec(cls, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Return ``spec`` as this type will use it, or raise :class:`~baton.errors.SpecError`
+        with one line naming the setting, what is wrong with it and what to use.
+
+        Called when an object is created (``baton object create``,
+        :func:`~baton.placement.records.create_object`: a refused spec writes nothing) and by
+        a node before it creates a member (an object stored without the check: the member
+        reports the error, the group shows it, and the node's other members carry on). The
+        default checks against :attr:`spec_model` (keeping only the settings given, so the
+        stored spec stays what the user wrote) and accepts any spec when there is none.
+        Override it for checks a model cannot express; it must not do I/O (the CLI calls it,
+        away from the nodes).
+        """
+        model = cls.spec_model
+        if model is None:
+            return dict(spec)
+        try:
+            checked = model.model_validate(dict(spec))
+        except ValidationError as exc:
+            raise SpecError(_spec_problem(cls.type_name, model, exc)) from None
+        return checked.model_dump(mode="json", exclude_unset=True)
 
     @abc.abstractmethod
     async def start_leader(self, term: int) -> None:
@@ -99,8 +134,39 @@ class Workload(abc.ABC):
         """Release resources (the member is leaving this node or the node stops)."""
 
 
+def _spec_problem(type_name: str, model: type[BaseModel], exc: ValidationError) -> str:
+    """One line for the first problem pydantic found in a spec."""
+    err = exc.errors()[0]
+    field = ".".join(str(x) for x in err["loc"])
+    where = f"{type_name} spec.{field}" if field else f"{type_name} spec"
+    if err["type"] == "extra_forbidden":
+        known = ", ".join(sorted(model.model_fields)) or "none"
+        return f"{where}: not a setting of {type_name} (its settings: {known})"
+    info = model.model_fields.get(str(err["loc"][0])) if err["loc"] else None
+    hint = f" ({field}: {info.description})" if info is not None and info.description else ""
+    if err["type"] == "string_pattern_mismatch":  # the pattern itself would say little
+        return f"{where}: {err['input']!r} is not valid{hint}"
+    return f"{where}: {err['msg']}{hint}"
+
+
 class NotLeader(BatonError):
     """A fetch reached a member that is not the group's leader at the asked term."""
+
+
+class CounterSpec(BaseModel):
+    """The ``counter`` type's spec. Strict: a string or a boolean is not a number."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    # Bounded both ways: at 0 or below the leader's loop never yields (it spins and rewrites
+    # its file as fast as it can), and beyond an hour a follower's stream is never live.
+    interval: float = Field(
+        default=0.1,
+        ge=0.001,
+        le=3600,
+        allow_inf_nan=False,
+        description="seconds between two advances of the leader, a number from 0.001 to 3600",
+    )
 
 
 class Counter(Workload):
@@ -113,10 +179,11 @@ class Counter(Workload):
     """
 
     type_name = "counter"
+    spec_model = CounterSpec
 
     def __init__(self, ctx: WorkloadContext) -> None:
         super().__init__(ctx)
-        self.interval = float(ctx.obj.spec.get("interval", 0.1))
+        self.interval = CounterSpec(**self.validate_spec(ctx.obj.spec)).interval
         self._file = ctx.data_dir / "counter.json"
         self.index, self.term = self._load()
         self.leading_term: int | None = None
@@ -208,10 +275,61 @@ class Counter(Workload):
         await self._stop_task()
 
 
-def _builtin() -> dict[str, type[Workload]]:
+class CascadeWorkerSpec(BaseModel):
+    """The ``cascade-worker`` type's spec: the node database its service runs on."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    location: str = Field(
+        pattern=r"^(sqlite|postgresql|postgres):.",
+        description="the node database, like sqlite:///data/s2.db or postgresql://user@host/db",
+    )
+
+
+@cache
+def _cascade_worker() -> type[Workload]:
+    """The built-in ``cascade-worker`` type: :class:`baton.cascade.workload.CascadeWorker`
+    with its spec declared, so that a bad spec is refused when the object is created. (The
+    cascade package is kept free of placement's spec machinery; the worker reads only
+    ``spec.location``, which this model checks.)"""
     from baton.cascade.workload import CascadeWorker  # imports no Spark until a member starts
 
-    return {Counter.type_name: Counter, CascadeWorker.type_name: CascadeWorker}
+    class PlacedCascadeWorker(CascadeWorker):
+        """A cascade node's service as a placed object (see :class:`CascadeWorker`)."""
+
+        spec_model = CascadeWorkerSpec
+
+    return PlacedCascadeWorker
+
+
+def _builtin() -> dict[str, type[Workload]]:
+    worker = _cascade_worker()
+    return {Counter.type_name: Counter, worker.type_name: worker}
+
+
+def find_type(name: str) -> type[Workload] | None:
+    """The workload type ``name`` as this process knows it (built in, or from an installed
+    package's entry point), or None: a type that only nodes configure (``[workloads]``) is
+    not known here. Loads no other entry point, so a broken plug-in does not get in the way
+    of the others."""
+    found = _builtin().get(name)
+    for ep in metadata.entry_points(group=ENTRY_POINTS, name=name):
+        found = _load_class(ep.name, ep.value)
+    return found
+
+
+def check_spec(obj: ObjectSpec) -> ObjectSpec:
+    """``obj`` with its spec as its type validates it (unchanged when this process does not
+    know the type: the node that runs it checks it before a member starts). Raises
+    :class:`~baton.errors.SpecError` naming the object."""
+    cls = find_type(obj.type)
+    if cls is None:
+        return obj
+    try:
+        spec = cls.validate_spec(obj.spec)
+    except SpecError as exc:
+        raise SpecError(f"object {obj.name!r}: {exc}") from None
+    return obj.model_copy(update={"spec": spec})
 
 
 def _load_class(name: str, target: str) -> type[Workload]:

@@ -14,7 +14,17 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.placement.records import GROUPS, create_object, make_object, parse_group, set_drain
+from baton.placement.records import (
+    GROUPS,
+    OBJECTS,
+    ObjectSpec,
+    create_object,
+    delete_object,
+    dump,
+    make_object,
+    parse_group,
+    set_drain,
+)
 from baton.store import ChangeKind, open_store
 from baton.testing.cluster import LocalCluster
 from baton.testing.network import Firewall
@@ -301,3 +311,96 @@ def test_types_only_where_they_run(tmp_path: Path) -> None:
         assert per["gg/0"] == ["n0"]
         assert sorted(per["cc/0"]) == ["n0", "n1", "n2"]
         assert Counter(view["leaders"].values()) == Counter({1: 2})
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three nodes shared by the short tests below (each uses objects of its own)."""
+    path = tmp_path_factory.mktemp("trio")
+    with LocalCluster(3, None, path, ttl=TTL, reconcile_interval=RECONCILE) as c:
+        c.wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=30)
+        yield c
+
+
+def groups_of(c: LocalCluster, name: str) -> dict[str, dict[str, Any]]:
+    return {g["group"]: g for g in placement(c)["groups"] if g["group"].startswith(name + "/")}
+
+
+def ok_groups(c: LocalCluster, name: str, n: int) -> dict[str, dict[str, Any]] | None:
+    groups = groups_of(c, name)
+    return groups if len(groups) == n and all(g["state"] == "ok" for g in groups.values()) else None
+
+
+async def _create_one(url: str, obj: ObjectSpec, *, unchecked: bool = False) -> None:
+    async with open_store(url) as store:
+        if unchecked:  # as a baton without the spec check (or a hand edit) would have stored it
+            await store.put(OBJECTS + obj.name, dump(obj))
+        else:
+            await create_object(store, obj)
+
+
+async def _delete(url: str, name: str) -> None:
+    async with open_store(url) as store:
+        await delete_object(store, name)
+
+
+def test_recreated_object_never_reuses_a_term(trio: LocalCluster) -> None:
+    # Issue 10: drain moved a leader (term E -> E+1); the object deleted and created again got
+    # term E back, so a paused leader of the old incarnation would have won fenced writes.
+    c = trio
+    run(_create_one(c.store_url, make_object("counter", "x", 3, 2)))
+    first = c.wait_for(lambda: ok_groups(c, "x", 3), timeout=30)
+    leader = first["x/0"]["leader"]
+    run(_drain(c.store_url, leader, True))
+    try:
+        moved = c.wait_for(
+            lambda: (g := ok_groups(c, "x", 3)) and g["x/0"]["leader"] != leader and g, timeout=30
+        )
+        assert moved["x/0"]["term"] > first["x/0"]["term"]
+        run(_delete(c.store_url, "x"))
+        c.wait_for(lambda: not groups_of(c, "x"), timeout=30)
+    finally:
+        run(_drain(c.store_url, leader, False))
+    run(_create_one(c.store_url, make_object("counter", "x", 3, 2)))
+    again = c.wait_for(lambda: ok_groups(c, "x", 3), timeout=30)
+    for key, g in again.items():
+        assert g["term"] > moved[key]["term"], (key, g["term"], moved[key]["term"])
+    run(_delete(c.store_url, "x"))
+
+
+def test_a_member_that_cannot_run_is_isolated(trio: LocalCluster) -> None:
+    # Issue 10: an object whose spec its type cannot use made every sync naming it fail with a
+    # 500, and kept every object placed after it on the same nodes waiting.
+    c = trio
+    bad = ObjectSpec(name="bad", type="counter", replicas=3, spec={"interval": "fast"})
+    run(_create_one(c.store_url, bad, unchecked=True))
+    run(_create_one(c.store_url, make_object("counter", "good", 1, 3)))
+    c.wait_for(lambda: ok_groups(c, "good", 1), timeout=30)
+    failed = c.wait_for(
+        lambda: (g := groups_of(c, "bad").get("bad/0")) and g["state"] == "error" and g,
+        timeout=30,
+    )
+    assert "counter spec.interval: Input should be a valid number" in failed["detail"]
+    assert {f["group"] for f in placement(c)["errors"]} == {"bad/0"}
+    ctl, epoch = c.wait_for(c.controller)
+    node = c.node(ctl)
+    res = httpx.post(
+        f"{node.url}/v1/commands",
+        json={
+            "sender": ctl,
+            "role": "controller",
+            "epoch": epoch,
+            "command": "sync",
+            "groups": ["bad/0", "good/0"],
+        },
+        headers={"authorization": f"Bearer {c.token}"},
+        timeout=5,
+    )
+    assert res.status_code == 422, res.text
+    assert list(res.json()["failed"]) == ["bad/0"]
+    run(_delete(c.store_url, "bad"))
+    c.wait_for(lambda: not groups_of(c, "bad"), timeout=30)
+    for n in c.nodes:
+        log = (c.data_dir / f"{n}.log").read_text()
+        assert "Exception in ASGI application" not in log and "request failed" not in log
+    run(_delete(c.store_url, "good"))

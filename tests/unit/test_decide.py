@@ -167,3 +167,26 @@ def test_groups_in_failure_still_count_for_balance() -> None:
     assert sorted(out.failures) == ["o1/0", "o2/0"]
     for key, g in out.groups.items():
         assert g is not None and g.members == groups[key].members, key
+
+
+def test_a_member_that_cannot_run_shows_its_error() -> None:
+    # b cannot start its workload (its spec, its constructor): the group says so, with where
+    # and why, instead of waiting forever; nothing else about the group changes.
+    why = "counter spec.interval: Input should be a valid number"
+    obs = observed(
+        G,
+        [node("a"), node("b"), node("c")],
+        {"a": rep("a", role="leader"), "b": {**rep(None, role="none", term=0), "error": why},
+         "c": rep("a")},
+    )  # fmt: skip
+    out = decide(obs)
+    g = out.groups["o/0"]
+    assert g is not None and g.state == "error" and out.errors == ["o/0"]
+    assert g.detail == f"member on b: {why}"
+    assert (g.leader, g.term, g.members) == ("a", 5, ("a", "b", "c"))
+    # Fixed (b reports its role): ok again.
+    healed = observed(
+        g, [node("a"), node("b"), node("c")],
+        {"a": rep("a", role="leader"), "b": rep("a"), "c": rep("a")},
+    )  # fmt: skip
+    assert result(healed).state == "ok"
