@@ -21,11 +21,11 @@ from typing import Any
 
 from baton import __version__
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
-from baton.errors import ConfigError, StoreError
+from baton.errors import ConfigError, FeedCompacted, StoreError
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
 from baton.node.peers import PeerError, Peers
-from baton.node.status import CONTROLLER, MEMBERS, NODES, cluster_status
+from baton.node.status import CONTROLLER, MEMBERS, NODES, Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
@@ -68,8 +68,8 @@ class NodeAgent:
         self.started_at = time.time()
         #: Highest epoch seen per role, from commands and the store (never goes down).
         self.seen_epochs: dict[str, int] = {}
-        #: Node id -> store-clock time its membership lapsed (as observed by this node).
-        self.down_since: dict[str, float] = {}
+        #: When this node first saw each member's membership lapse (suspect, then dead).
+        self.lapses = Lapses()
         self._watch_task: asyncio.Task[None] | None = None
         self._placement_task: asyncio.Task[None] | None = None
         self._demotion_task: asyncio.Task[None] | None = None
@@ -201,28 +201,37 @@ class NodeAgent:
             log.warning("handover failed", extra={"error": str(exc)})
 
     async def _watch_members(self) -> None:
+        """Follow membership changes into :attr:`lapses` (status shows suspects from it)."""
         since = None
         while True:
             try:
-                since = since or await self.store.head()
+                if since is None:
+                    # From now on, knowing who is live now: a lapse of any of them is a suspect
+                    # (the feed reports it, or a status read sees the lease gone first).
+                    since = await self.store.head()
+                    for lease in await self.store.list_leases(MEMBERS):
+                        self.lapses.joined(lease.name.removeprefix(MEMBERS))
                 async for change in self.store.watch(MEMBERS, since=since):
                     since = change.position
                     node = change.key.removeprefix(MEMBERS)
                     if change.kind in (ChangeKind.EXPIRED, ChangeKind.RELEASED):
-                        self.down_since[node] = await self.store.now()
+                        self.lapses.lapsed(node, await self.store.now())
                     elif change.kind is ChangeKind.ACQUIRED:
-                        self.down_since.pop(node, None)
+                        self.lapses.joined(node)
             except asyncio.CancelledError:
                 raise
             except StoreError as exc:
                 self.metrics.store_errors.labels(operation="watch").inc()
                 log.warning("member watch failed", extra={"error": str(exc)})
-                since = None
+                if isinstance(exc, FeedCompacted):
+                    since = None  # the changes since are gone: start again from the present
+                # Otherwise resume where it stopped: a change skipped would leave a lapse (or a
+                # return) unseen.
                 await asyncio.sleep(self.timings.renew_interval)
 
     async def status(self) -> dict[str, Any]:
         """This node, every known node (live, suspect or dead), the controller, our leases."""
-        cluster = await cluster_status(self.store, 2 * self.timings.ttl, self.down_since)
+        cluster = await cluster_status(self.store, 2 * self.timings.ttl, self.lapses)
         now = cluster.pop("store_time")
         mine = [
             {"name": x.name, "epoch": x.epoch, "expires_in": round(x.expires_at - now, 3)}
