@@ -24,8 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from baton.cascade.codec import decode
 from baton.cascade.model import DELETE, ROW_TYPES, TICK_ROW, WATERMARK, Event, Role, Tick
 from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB
 
@@ -55,6 +54,7 @@ def _rows_by_table(
 ) -> dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]]:
     """Table -> (columns, key columns, upsert rows, delete keys); validates every event."""
     out: dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]] = {}
+    exact: dict[str, bool] = {}
     for e in reduced:
         if e.table is None or e.table not in tables or tables[e.table] == "copying":
             continue
@@ -63,11 +63,12 @@ def _rows_by_table(
         if e.table not in out:
             cols, pk = db.columns(e.table)
             out[e.table] = (cols, pk, [], [])
+            exact[e.table] = db.exact_numbers(e.table)
         cols, pk, ups, dels = out[e.table]
         try:
-            key = orjson.loads(e.key or "")
-            data = orjson.loads(e.data) if e.data else None
-        except orjson.JSONDecodeError:
+            key = decode(e.key or "", exact[e.table])
+            data = decode(e.data, exact[e.table]) if e.data else None
+        except ValueError:
             raise CascadeError(f"event {e.ev_id} for {e.table}: key or data is not JSON") from None
         if not isinstance(key, dict) or sorted(key) != sorted(pk):
             got = sorted(key) if isinstance(key, dict) else key

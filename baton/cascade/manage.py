@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from baton.cascade.codec import decode
 from baton.cascade.model import WATERMARK, Role
 from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
 from baton.cascade.ticker import TickerConfig
@@ -528,7 +529,7 @@ def _current_rows(
     db: NodeDB, table: str, keys: set[str]
 ) -> tuple[list[str], list[str], list[list[object]], list[tuple[object, ...]]]:
     cols, pk = db.columns(table)
-    key_values = [[json.loads(k)[c] for c in pk] for k in sorted(keys)]
+    key_values = [[decode(k)[c] for c in pk] for k in sorted(keys)]
     return cols, pk, key_values, db.read_keys(table, pk, key_values)
 
 

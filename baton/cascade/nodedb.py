@@ -199,6 +199,11 @@ class NodeDB(abc.ABC):
     def columns(self, table: str) -> tuple[list[str], list[str]]:
         """(columns, primary key columns) of ``table``; CascadeError if it does not exist."""
 
+    def exact_numbers(self, table: str) -> bool:
+        """Whether ``table`` has columns that hold more than a double or a 64-bit integer
+        (row images for it are then read with :func:`baton.cascade.codec.decode` ``exact``)."""
+        return False
+
     def tables(self) -> dict[str, str]:
         """Replicated table -> state (copying, catching-up, ok)."""
         rows = self._rows("SELECT name, state FROM baton_table ORDER BY name")

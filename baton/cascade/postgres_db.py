@@ -63,6 +63,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
+from baton.cascade.codec import ExactNumber
 from baton.cascade.model import Event, Tick
 from baton.cascade.nodedb import CascadeError, NodeDB
 from baton.cascade.sqlite_db import ident
@@ -184,6 +185,11 @@ def _text(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, ExactNumber):
+        whole = "e" in value.text.lower() and value.is_integer() and abs(value) < 2**63
+        if not whole:
+            return value.text  # a number as written: the target casts it without rounding
+        # else a whole double in exponent form (from SQLite): '5' suits integer columns too
     if isinstance(value, float):
         # A whole float may come from a backend without an integer type: '5' suits integer
         # columns as well as floating ones ('5.0' does not). Minus zero keeps its sign.
@@ -673,6 +679,9 @@ class PostgresNodeDB(NodeDB):
         cat = self._catalog(table)
         pk = sorted((pos, c) for c, _, pos in cat if pos is not None)
         return [c for c, _, _ in cat], [c for _, c in pk]
+
+    def exact_numbers(self, table: str) -> bool:
+        return any(t.startswith("numeric") for _, t, _ in self._catalog(table))
 
     def capture(self, cur: Any, table: str, on: bool) -> None:
         _, pk = self.columns(table)

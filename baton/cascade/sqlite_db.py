@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from baton.cascade.codec import sqlite_value_sql
 from baton.cascade.model import Event, Tick
 from baton.cascade.nodedb import CascadeError, NodeDB
 from baton.errors import ConfigError
@@ -281,10 +282,14 @@ class SQLiteNodeDB(NodeDB):
         if not on:
             return
 
+        try:
+            self.conn.execute("SELECT atan2(0.0, -1.0)")
+            signed_zero = True
+        except sqlite3.OperationalError:  # built without the math functions
+            signed_zero = False
+
         def value(ref: str, c: str) -> str:
-            # json_object writes REAL with 15 significant digits; 17 round-trip exactly.
-            v = f"{ref}.{ident(c)}"
-            return f"CASE typeof({v}) WHEN 'real' THEN json(printf('%!.17g', {v})) ELSE {v} END"
+            return sqlite_value_sql(f"{ref}.{ident(c)}", signed_zero)
 
         def obj(ref: str, names: list[str]) -> str:
             return "json_object(" + ", ".join(f"'{c}', {value(ref, c)}" for c in names) + ")"

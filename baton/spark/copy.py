@@ -8,12 +8,13 @@ the row reader :func:`baton.cascade.ops.copy_table` takes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
+
+from baton.cascade.codec import decode, encode_row
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +79,7 @@ class TableReader(DataSourceReader):
 
             with open_node_db(self.location) as db:
                 for row in db.read_rows(self.table):
-                    yield (json.dumps(list(row), default=str),)
+                    yield (encode_row(row),)
             return
         import sqlite3
 
@@ -92,7 +93,7 @@ class TableReader(DataSourceReader):
                 (partition.low, partition.high),
             )
             for row in rows:
-                yield (json.dumps(list(row)),)
+                yield (encode_row(row),)
         finally:
             conn.close()
 
@@ -106,13 +107,14 @@ def spark_rows(spark: SparkSession) -> RowReader:
 
         with open_node_db(location) as db:
             cols, _ = db.columns(table)
+            exact = db.exact_numbers(table)
         df = (
             spark.read.format("batontable")
             .option("location", location)
             .option("table", table)
             .load()
         )
-        rows = [json.loads(r) for r in df.toArrow().column("row").to_pylist()]
+        rows = [decode(r, exact) for r in df.toArrow().column("row").to_pylist()]
         return cols, rows
 
     return read
