@@ -274,6 +274,11 @@ class PlacementController:
             except PeerError as exc:
                 if exc.status == 409:
                     raise Deposed(f"{node} refused epoch {term.epoch}: {exc}") from None
+                if exc.status == 422:
+                    # Members that cannot run there: their groups show it (state "error"), and
+                    # every pass retries them, so a line per pass would only repeat it.
+                    log.debug("sync: members cannot run", extra={"to": node, "error": str(exc)})
+                    return
                 log.info("sync command failed", extra={"to": node, "error": str(exc)})
 
         await asyncio.gather(*(send(n, sorted(k)) for n, k in sorted(todo.items())))

@@ -4,6 +4,8 @@ re-creation of the object (issue 10: the re-created group got a term below its o
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from baton.errors import ConfigError
@@ -19,6 +21,9 @@ from baton.placement.records import (
     set_drain,
 )
 from baton.store import Lease, Store
+from baton.testing import await_for
+from baton.testing.waiting import store_reachable
+from tests.conftest import Backend
 
 NODES = ("n0", "n1", "n2")
 
@@ -45,6 +50,26 @@ async def test_epoch_counters(store: Store) -> None:
         await store.next_epochs({"a": -1})
     with pytest.raises(ConfigError, match="epoch counter name"):
         await store.next_epochs({"": 0})
+
+
+async def test_epoch_counters_of_concurrent_callers_are_distinct(backend: Backend) -> None:
+    async with backend.open() as a, backend.open() as b:
+        got = await asyncio.gather(
+            *(s.next_epochs({"g": 0, f"own-{i}": 0}) for i, s in enumerate([a, b] * 10))
+        )
+    epochs = [x["g"] for x in got]
+    assert len(set(epochs)) == len(epochs)
+
+
+async def test_epoch_counter_increases_across_a_server_restart(backend: Backend) -> None:
+    # Redis without persistence and a deleted SQLite file lose the counter: the clock term
+    # still keeps the next epoch above the last (as for lease epochs).
+    async with backend.open() as s:
+        first = (await s.next_epochs({"g": 0}))["g"]
+    backend.restart()
+    async with backend.open() as s:
+        await await_for(lambda: store_reachable(s), timeout=20, what="store back")
+        assert (await s.next_epochs({"g": 0}))["g"] > first
 
 
 async def _pass(store: Store, lease: Lease) -> dict[str, tuple[str | None, int]]:
