@@ -152,19 +152,3 @@ def apply_batch(
         db.set_local(cur, "position", str(end))
         db.set_local(cur, "epoch", str(max(epoch, st.epoch)))
     return ApplyResult(True, end, rows, copied)
-
-
-def report_watermark(location: str) -> None:
-    """Tell the provider of the node at ``location`` the lowest tick this node and its
-    subscribers have applied (the provider keeps its queue down to there; seed 004)."""
-    from baton.cascade.nodedb import open_node_db
-
-    with open_node_db(location) as db:
-        st = db.state()
-        marks = db.watermarks()
-        nodes = db.nodes()
-    if st.provider is None or st.provider not in nodes:
-        return  # promoted meanwhile (a root reports to no one), or not known here
-    mark = min([st.position, *marks.values()])
-    with open_node_db(nodes[st.provider][0]) as prov, prov.transaction() as cur:
-        prov.set_watermark(cur, st.name, mark)

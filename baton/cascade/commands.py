@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from baton.cascade import manage, ops
 from baton.cascade.model import ROW_TYPES, NodeState, Role
-from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB, open_node_db
+from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB, NodeUnavailable, open_node_db
 from baton.errors import ConfigError, redact_url
 from baton.store import sqlite_path, sqlite_url
 
@@ -92,7 +92,7 @@ def classify(exc: BaseException) -> tuple[Kind, str] | None:
     if isinstance(exc, NotFinished):
         return "unfinished", one_line(str(exc))
     if isinstance(exc, CascadeError):
-        if _unreachable(exc):
+        if isinstance(exc, NodeUnavailable) or _unreachable(exc):
             return "unreachable", one_line(str(exc))
         if isinstance(exc, Refused | FencedOut):
             return "refused", one_line(str(exc))
@@ -115,7 +115,7 @@ def _refusals() -> Iterator[None]:
     try:
         yield
     except CascadeError as exc:
-        if isinstance(exc, Refused) or _unreachable(exc):
+        if isinstance(exc, Refused | NodeUnavailable) or _unreachable(exc):
             raise
         raise Refused(str(exc)) from None
 

@@ -508,9 +508,11 @@ def _rejoin_by_copy(db: NodeDB, root: NodeDB, root_name: str) -> None:
     base = root.last_tick()
     assert base is not None
     copies = {}
+    whole = {t for t, state in root.tables().items() if state == "ok"}
     for table in db.tables():
-        cols, _ = root.columns(table)
-        copies[table] = (cols, root.read_rows(table))
+        if table in whole:  # else copied by the node's worker once the root has it whole
+            cols, _ = root.columns(table)
+            copies[table] = (cols, root.read_rows(table))
     with db.transaction() as cur:
         db.discard_after(cur, 0)
         db.copy_batch(cur, [], [base])
@@ -522,6 +524,8 @@ def _rejoin_by_copy(db: NodeDB, root: NodeDB, root_name: str) -> None:
             db.delete_keys(cur, table, pk, [[r[mine.index(k)] for k in pk] for r in old])
             db.upsert(cur, table, cols, rows)
             db.set_table(cur, table, "ok", base.tick_id)
+        for table in set(db.tables()) - set(copies):
+            db.set_table(cur, table, "copying", 0)
     _demote(db, root_name, base.tick_id)
 
 

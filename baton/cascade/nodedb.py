@@ -31,6 +31,11 @@ class CascadeError(ConfigError):
     changed."""
 
 
+class NodeUnavailable(CascadeError):
+    """A node database cannot be used right now (not reachable, or locked by another writer
+    past the busy timeout). Nothing was changed; trying again later may succeed."""
+
+
 class FencedOut(CascadeError):
     """A worker's epoch is lower than one that already applied to this node."""
 
@@ -252,12 +257,17 @@ class NodeDB(abc.ABC):
         """Every row of ``table``, ordered by primary key (for copy and compare)."""
 
 
-def open_node_db(location: str) -> NodeDB:
-    """The node database at ``location`` (``sqlite:///path`` or ``postgresql://...``)."""
+def open_node_db(location: str, readonly: bool = False) -> NodeDB:
+    """The node database at ``location`` (``sqlite:///path`` or ``postgresql://...``).
+
+    ``readonly``: for reading *another* node's database (a provider's queue or tables, a
+    subscriber's position). A process may be paused at any moment, and what it holds on another
+    node's database must never stop that node: a read-only SQLite connection takes no write
+    lock at all, not even the checkpoint a last connection makes when it closes."""
     if location.startswith("sqlite:"):
         from baton.cascade.sqlite_db import SQLiteNodeDB
 
-        return SQLiteNodeDB(location)
+        return SQLiteNodeDB(location, readonly=readonly)
     if location.startswith(("postgresql:", "postgres:")):
         from baton.cascade.postgres_db import PostgresNodeDB
 

@@ -47,8 +47,9 @@ def create_root(name: str, location: str, set_name: str) -> None:
             db.make_tick(cur)
 
 
-def _provider_db(provider: str, via: str) -> NodeDB:
-    """The provider's database, found by name in the node list at ``via`` (a location)."""
+def _provider_db(provider: str, via: str, readonly: bool = False) -> NodeDB:
+    """The provider's database, found by name in the node list at ``via`` (a location);
+    ``readonly`` when only reading it (see :func:`open_node_db`)."""
     with open_node_db(via) as db:
         nodes = db.nodes()
     if provider not in nodes:
@@ -56,7 +57,7 @@ def _provider_db(provider: str, via: str) -> NodeDB:
     location, dead = nodes[provider]
     if dead:
         raise CascadeError(f"node {provider!r} is tagged dead: pick another provider")
-    return open_node_db(location)
+    return open_node_db(location, readonly=readonly)
 
 
 def create_subscriber(
@@ -121,7 +122,7 @@ RowReader = Callable[[str, str], tuple[list[str], list[Sequence[Any]]]]
 
 
 def direct_rows(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
-    with open_node_db(location) as db:
+    with open_node_db(location, readonly=True) as db:
         cols, _ = db.columns(table)
         return cols, list(db.read_rows(table))
 
@@ -144,7 +145,7 @@ def add_table(location: str, table: str) -> str:
         if current is not None:
             return current
         assert st.provider is not None
-        with _provider_db(st.provider, location) as prov:
+        with _provider_db(st.provider, location, readonly=True) as prov:
             if table not in prov.tables():
                 raise CascadeError(f"provider {st.provider} does not replicate {table!r}")
             pcols, ppk = prov.columns(table)
@@ -159,10 +160,24 @@ def add_table(location: str, table: str) -> str:
         return "copying"
 
 
+def copy_ready(location: str, table: str) -> bool:
+    """Whether the node at ``location`` can copy ``table`` now: it is ``copying`` here and its
+    provider's own copy is whole (``ok``). A provider still copying or catching up has part of
+    the rows at best, and a subscriber that copied them would stay short for good."""
+    with open_node_db(location) as db:
+        st = db.state()
+        if db.tables().get(table) != "copying" or st.provider is None:
+            return False
+    with _provider_db(st.provider, location, readonly=True) as prov:
+        return prov.tables().get(table) == "ok"
+
+
 def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
     """Copy a ``copying`` table from the provider: note the provider's tick T, read its rows
     (at T or later), write them, and catch up from T; events already in the copy are applied
-    again harmlessly (full row images). Resumable: a re-run copies afresh. The new state."""
+    again harmlessly (full row images). Resumable: a re-run copies afresh. The new state;
+    ``copying`` still when the provider's own copy of the table is not whole yet (see
+    :func:`copy_ready`): nothing is copied then, and the caller tries again later."""
     with open_node_db(location) as db:
         st = db.state()
         if db.tables().get(table) != "copying":
@@ -170,7 +185,9 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
         assert st.provider is not None
         _, pk = db.columns(table)
         cols, _ = db.columns(table)
-        with _provider_db(st.provider, location) as prov:
+        with _provider_db(st.provider, location, readonly=True) as prov:
+            if prov.tables().get(table) != "ok":
+                return "copying"  # the provider has not copied it whole yet: wait for it
             pst = prov.state()
             base = prov.last_tick() if pst.role is Role.ROOT else prov.get_tick(pst.position)
             tick = base.tick_id if base else 0
@@ -215,4 +232,12 @@ def emit(location: str, type_: str, data: dict[str, object], table: str | None =
             )
 
 
-__all__ = ["add_table", "apply_batch", "copy_table", "create_root", "create_subscriber", "emit"]
+__all__ = [
+    "add_table",
+    "apply_batch",
+    "copy_ready",
+    "copy_table",
+    "create_root",
+    "create_subscriber",
+    "emit",
+]

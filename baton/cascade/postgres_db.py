@@ -65,7 +65,7 @@ from psycopg.rows import TupleRow
 
 from baton.cascade.codec import ExactNumber
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import CascadeError, NodeDB
+from baton.cascade.nodedb import CascadeError, NodeDB, NodeUnavailable
 from baton.cascade.sqlite_db import ident
 from baton.errors import redact_url
 
@@ -349,7 +349,10 @@ class PostgresNodeDB(NodeDB):
             secrets.add(conninfo_to_dict(self.location).get("password") or "")
         for secret in sorted(secrets - {""}, key=len, reverse=True):
             detail = detail.replace(secret, "***")
-        return CascadeError(f"{what} PostgreSQL node {self._shown}: {detail}")
+        message = f"{what} PostgreSQL node {self._shown}: {detail}"
+        if isinstance(exc, psycopg.OperationalError):  # the server, not the input
+            return NodeUnavailable(message)
+        return CascadeError(message)
 
     def _connect(self, *settings: str) -> _Conn:
         try:

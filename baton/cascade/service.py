@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
+from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.cascade.worker import Worker
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class NodeService:
         self.ticker = ticker or TickerConfig()
         self.worker: Worker | None = None
         self.role: Role | None = None
+        self._pull = Every(PULL_INTERVAL)
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -64,6 +66,8 @@ class NodeService:
                     self.worker.close()
                     self.worker = None
                 tick_once(db, self.ticker, time.time())
+                if self._pull.due():
+                    pull_watermarks(db)
                 publish_watermark(db)
                 return
         if self.worker is None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from baton.cascade.codec import sqlite_value_sql
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import CascadeError, NodeDB
+from baton.cascade.nodedb import CascadeError, NodeDB, NodeUnavailable
 from baton.errors import ConfigError
 from baton.store import sqlite_path
 
@@ -62,6 +62,27 @@ CREATE TABLE IF NOT EXISTS baton_table (
 """
 
 
+#: Another connection holds a lock past the busy timeout (primary result codes).
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _failure(what: str, exc: sqlite3.Error) -> CascadeError:
+    """``exc`` as baton's error: :class:`NodeUnavailable` when the database is locked or cannot
+    be opened for a reason outside the input (I/O), else a plain refusal."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF) in _BUSY | {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}:
+        return NodeUnavailable(f"{what}: {exc}")
+    return CascadeError(f"{what}: {exc}")
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection to another node's SQLite file: it can never take the write lock
+    (not even to checkpoint the log when it closes last), so pausing the process holding it
+    never stops that node's writers."""
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
+
+
 def ident(name: str) -> str:
     """``name`` quoted as an SQL identifier, after checking it is a plain one."""
     if not _IDENT.match(name):
@@ -70,7 +91,7 @@ def ident(name: str) -> str:
 
 
 class SQLiteNodeDB(NodeDB):
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, readonly: bool = False) -> None:
         self.location = location
         try:  # the store's parser: every spelling means the same file everywhere
             path = sqlite_path(location)
@@ -80,11 +101,14 @@ class SQLiteNodeDB(NodeDB):
         if not self.path.parent.is_dir():
             raise CascadeError(f"{location}: directory {self.path.parent} does not exist")
         try:
-            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=NORMAL")
+            if readonly:
+                self.conn = connect_readonly(self.path)
+            else:
+                self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
-            raise CascadeError(f"{location}: cannot open: {exc}") from None
+            raise _failure(f"{location}: cannot open", exc) from None
 
     def close(self) -> None:
         self.conn.close()
@@ -95,18 +119,28 @@ class SQLiteNodeDB(NodeDB):
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
         cur = self.conn.cursor()
-        cur.execute("BEGIN IMMEDIATE")
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise _failure(f"{self.location}: cannot write", exc) from None
         try:
             yield cur
         except BaseException:
             cur.execute("ROLLBACK")
             raise
-        cur.execute("COMMIT")
+        try:
+            cur.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            with contextlib.suppress(sqlite3.Error):
+                cur.execute("ROLLBACK")
+            raise _failure(f"{self.location}: cannot commit", exc) from None
 
     def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
         try:
             return self.conn.execute(query, args).fetchall()
         except sqlite3.OperationalError as exc:
+            if (exc.sqlite_errorcode & 0xFF) in _BUSY:
+                raise _failure(f"{self.location}: cannot read", exc) from None
             if "no such table: baton_" in str(exc):
                 raise CascadeError(f"{self.location} is not a cascade node") from None
             raise

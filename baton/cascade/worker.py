@@ -3,8 +3,8 @@ or leaf) applied from its provider, and reports its watermark upwards.
 
 The query reads ``format("baton")`` from the provider with the subscriber's stored position as
 its start and writes to the ``batonapply`` sink (:mod:`baton.spark.sink`), which applies each
-micro-batch in one fenced transaction and reports the node's watermark upwards; the worker
-reports it again at every :meth:`Worker.check`. Its checkpoint is scratch (a
+micro-batch in one fenced transaction; at every :meth:`Worker.check` the worker also pulls its
+own subscribers' watermarks (:mod:`baton.cascade.watermark`). Its checkpoint is scratch (a
 fresh directory per start): where to resume is the position in the subscriber's database, so a
 worker started on another host continues exactly where the data says. When the node's provider
 changes (``change-provider``, failover), the worker restarts its query on the new provider.
@@ -22,8 +22,9 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from baton.cascade.apply import report_watermark
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
+from baton.cascade.ops import copy_ready, copy_table
+from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -67,6 +68,8 @@ class Worker:
         self.error: BaseException | None = None
         self.failures = 0
         self._failed_at = -1
+        self._waiting: list[str] = []
+        self._pull = Every(PULL_INTERVAL)
         self._scratch = Path(tempfile.mkdtemp(prefix="baton-worker-"))
         self._checkpoint: Path | None = None
         # Scratch only (the position lives in the node database): removed with the worker, or
@@ -127,9 +130,12 @@ class Worker:
             .start()
         )
 
-    def report_watermark(self) -> None:
-        """Tell the provider the lowest tick this node and its subscribers have applied."""
-        report_watermark(self.location)
+    def pull_watermarks(self) -> None:
+        """Read how far this node's own subscribers have applied (a branch keeps its queue
+        down to there); at most every :data:`PULL_INTERVAL` seconds."""
+        if self._pull.due():
+            with open_node_db(self.location) as db:
+                pull_watermarks(db)
 
     def check(self) -> None:
         """Keep the query in line with the node: stopped while paused, restarted after a
@@ -141,16 +147,23 @@ class Worker:
             self.stop()  # paused, or promoted to root: nothing to apply
             return
         copying = [t for t, state in db_tables(self.location).items() if state == "copying"]
-        if copying:
+        ready = [t for t in copying if copy_ready(self.location, t)]
+        if ready:
             # The initial copy of a new table, by Spark, between micro-batches (the query is
-            # stopped so the copy and the batches never interleave).
-            from baton.cascade.ops import copy_table
+            # stopped so the copy and the batches never interleave). A table whose provider
+            # has not copied it whole yet waits (events for it are not applied meanwhile).
             from baton.spark.copy import spark_rows
 
             self.stop()
-            for table in copying:
+            for table in ready:
                 state = copy_table(self.location, table, spark_rows(self.spark))
                 log.info("table copied", extra={"table": table, "state": state})
+        elif copying and copying != self._waiting:
+            log.info(
+                "waiting for the provider to copy its tables first",
+                extra={"tables": ",".join(copying), "provider": st.provider},
+            )
+        self._waiting = copying
         if self.query is None:
             self.start()
             return
@@ -176,7 +189,7 @@ class Worker:
                 log.warning("worker query failed; restarting", extra={"error": message[:300]})
             self.start()
             return
-        self.report_watermark()
+        self.pull_watermarks()
 
     def stop(self) -> None:
         if self.query is not None:

@@ -436,13 +436,18 @@ def check(node: str, only: str | None, via: str | None, as_json: bool) -> None:
             shown = "-" if t["provider_rows"] is None else str(t["provider_rows"])
             out.add_row(table, t["state"], str(t["rows"]), shown, verdict)
         Console().print(out)
-        if not r["equal"]:
+        if not r["equal"] and position != provider_position:
             # Both sides are read while workers may be applying: only a difference that stays
             # once the node is at its provider's tick is real.
             click.echo(
                 f"note: a node behind its provider shows differences until it catches up "
                 f"({node} at tick {position}, {provider} at tick {provider_position}); "
                 "check again once both are at the same tick"
+            )
+        elif not r["equal"]:
+            click.echo(
+                f"note: {node} and {provider} are both at tick {position}, so the difference is "
+                f"real: copy the table again (remove-table, then add-table on {node})"
             )
     if not r["equal"]:
         sys.exit(1)

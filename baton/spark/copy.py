@@ -9,6 +9,7 @@ the row reader :func:`baton.cascade.ops.copy_table` takes.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -55,10 +56,11 @@ class TableReader(DataSourceReader):
             return [RowRange(None, None)]
         import sqlite3
 
-        from baton.cascade.sqlite_db import ident
+        from baton.cascade.sqlite_db import connect_readonly, ident
         from baton.store import sqlite_path
 
-        conn = sqlite3.connect(sqlite_path(self.location))  # any spelling, as the store
+        # Any spelling, as the store; read-only: the provider is another node.
+        conn = connect_readonly(Path(sqlite_path(self.location)))
         try:
             low, high = conn.execute(
                 f"SELECT min(rowid), max(rowid) FROM {ident(self.table)}"
@@ -77,16 +79,16 @@ class TableReader(DataSourceReader):
         if partition.low is None:
             from baton.cascade.nodedb import open_node_db
 
-            with open_node_db(self.location) as db:
+            with open_node_db(self.location, readonly=True) as db:
                 for row in db.read_rows(self.table):
                     yield (encode_row(row),)
             return
-        import sqlite3
 
-        from baton.cascade.sqlite_db import ident
+        from baton.cascade.sqlite_db import connect_readonly, ident
         from baton.store import sqlite_path
 
-        conn = sqlite3.connect(sqlite_path(self.location))  # any spelling, as the store
+        # Any spelling, as the store; read-only: the provider is another node.
+        conn = connect_readonly(Path(sqlite_path(self.location)))
         try:
             rows = conn.execute(
                 f"SELECT * FROM {ident(self.table)} WHERE rowid BETWEEN ? AND ?",
@@ -105,7 +107,7 @@ def spark_rows(spark: SparkSession) -> RowReader:
     def read(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
         from baton.cascade.nodedb import open_node_db
 
-        with open_node_db(location) as db:
+        with open_node_db(location, readonly=True) as db:
             cols, _ = db.columns(table)
             exact = db.exact_numbers(table)
         df = (

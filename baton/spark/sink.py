@@ -5,7 +5,8 @@ Each micro-batch of the ``baton`` source is one partition; the sink's ``write`` 
 record batches in a Spark Python worker and applies it there (:func:`baton.spark.apply.
 apply_arrow`): the reduction per key (a hash aggregation over Arrow), the set-wise upsert and
 delete, the queue copy on a branch, the position and the epoch, in one transaction on the
-subscriber's database; then it reports the node's watermark to its provider. Compared with
+subscriber's database (the provider pulls the node's watermark itself:
+:mod:`baton.cascade.watermark`). Compared with
 ``foreachBatch`` (:func:`baton.spark.apply.apply_to`), no row goes through the driver and a
 micro-batch is one Spark stage, not three (measured: about a second less per 100,000 events).
 
@@ -74,7 +75,6 @@ class ApplyWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         import pyarrow as pa
 
-        from baton.cascade.apply import report_watermark
         from baton.cascade.nodedb import CascadeError
         from baton.spark.apply import apply_arrow
 
@@ -88,8 +88,6 @@ class ApplyWriter(DataSourceStreamArrowWriter):
             return Applied(False, 0, 0, "no tick")
         if result.detail in RESTART:
             raise CascadeError(f"micro-batch not applied: {result.detail}; restart the worker")
-        if result.applied:
-            report_watermark(self.subscriber)
         return Applied(result.applied, result.position, result.events, result.detail)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -101,7 +101,8 @@ class BatonStreamReader(DataSourceStreamReader):
     def _db(self, location: str) -> Any:
         from baton.cascade.nodedb import open_node_db
 
-        return open_node_db(location)
+        # The provider is another node: read it without ever taking its write lock.
+        return open_node_db(location, readonly=location == self.provider)
 
     def initialOffset(self) -> dict[str, int]:
         if self.subscriber:

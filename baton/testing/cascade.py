@@ -24,6 +24,7 @@ from baton.cascade.manage import Cascade
 from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
+from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.cascade.worker import Worker
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
@@ -64,6 +65,7 @@ class Ticker(threading.Thread):
         self.ticks = 0
 
     def run(self) -> None:
+        pull = Every(PULL_INTERVAL)
         while not self.halt.wait(self.cfg.period):
             root = self.cascade.current_root()
             if root is None:
@@ -72,6 +74,8 @@ class Ticker(threading.Thread):
                 with open_node_db(self.cascade.location(root)) as db:
                     if tick_once(db, self.cfg, time.time()) is not None:
                         self.ticks += 1
+                    if pull.due():
+                        pull_watermarks(db)
                     publish_watermark(db)
             except Exception:  # a root being switched or killed: try again next period
                 continue
