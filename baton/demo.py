@@ -36,6 +36,7 @@ from rich.table import Table
 
 from baton.demo_cascade import cascade_part
 from baton.demo_placement import placement_part
+from baton.logs import describe
 from baton.testing.cluster import LocalCluster
 from baton.testing.fenced import Entry, FencedLog
 from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest
@@ -209,7 +210,7 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
 
         ok &= cascade_part(console, tmp / "cascade", step)
     except (WaitTimeout, AssertionError) as exc:
-        steps.append(Step("demo step", 0.0, f"did not happen: {exc}", False))
+        steps.append(Step("demo step", 0.0, f"did not happen: {describe(exc)}", False))
         ok = False
     finally:
         for p in procs:

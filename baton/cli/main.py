@@ -330,7 +330,7 @@ def main() -> None:
     except Exception as exc:  # the last line of defence against a traceback for users
         if os.environ.get("BATON_DEBUG"):
             raise
-        fail(f"internal error: {type(exc).__name__}: {exc} (BATON_DEBUG=1 shows a traceback)", 70)
+        fail(f"internal error: {logs.describe(exc)} (BATON_DEBUG=1 shows a traceback)", 70)
 
 
 if __name__ == "__main__":

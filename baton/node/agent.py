@@ -22,6 +22,7 @@ from typing import Any
 from baton import __version__
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
 from baton.errors import ConfigError, FeedCompacted, StoreError
+from baton.logs import describe
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
 from baton.node.peers import PeerError, Peers
@@ -198,7 +199,7 @@ class NodeAgent:
                     log.info("controller handed over", extra={"to": live[0]})
         except (StoreError, TimeoutError) as exc:
             # Election.stop() still releases the lease; the others then campaign as usual.
-            log.warning("handover failed", extra={"error": str(exc)})
+            log.warning("handover failed", extra={"error": describe(exc)})
 
     async def _watch_members(self) -> None:
         """Follow membership changes into :attr:`lapses` (status shows suspects from it)."""
@@ -222,7 +223,7 @@ class NodeAgent:
                 raise
             except StoreError as exc:
                 self.metrics.store_errors.labels(operation="watch").inc()
-                log.warning("member watch failed", extra={"error": str(exc)})
+                log.warning("member watch failed", extra={"error": describe(exc)})
                 if isinstance(exc, FeedCompacted):
                     since = None  # the changes since are gone: start again from the present
                 # Otherwise resume where it stopped: a change skipped would leave a lapse (or a

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from baton.election import Term
 from baton.errors import BatonError, LeaseLost, StoreError
+from baton.logs import describe
 from baton.node.peers import PeerError
 from baton.node.status import MEMBERS, NODES
 from baton.placement.decide import Decision, NodeView, Observed, decide
@@ -142,7 +143,9 @@ class PlacementController:
                 async with self.agent.controller.leadership() as term:
                     await self._lead(term)
             except LeaseLost as exc:
-                log.warning("placement stopped: controller role lost", extra={"reason": str(exc)})
+                log.warning(
+                    "placement stopped: controller role lost", extra={"reason": describe(exc)}
+                )
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     # Our own cancellation (the node is stopping) arrived together with the
@@ -163,7 +166,7 @@ class PlacementController:
                     await self.reconcile(term)
                 except StoreError as exc:
                     self.agent.metrics.store_errors.labels(operation="reconcile").inc()
-                    log.warning("reconcile failed", extra={"error": str(exc)})
+                    log.warning("reconcile failed", extra={"error": describe(exc)})
                 self.agent.metrics.reconcile_seconds.observe(time.monotonic() - started)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.interval)
@@ -277,9 +280,11 @@ class PlacementController:
                 if exc.status == 422:
                     # Members that cannot run there: their groups show it (state "error"), and
                     # every pass retries them, so a line per pass would only repeat it.
-                    log.debug("sync: members cannot run", extra={"to": node, "error": str(exc)})
+                    log.debug(
+                        "sync: members cannot run", extra={"to": node, "error": describe(exc)}
+                    )
                     return
-                log.info("sync command failed", extra={"to": node, "error": str(exc)})
+                log.info("sync command failed", extra={"to": node, "error": describe(exc)})
 
         await asyncio.gather(*(send(n, sorted(k)) for n, k in sorted(todo.items())))
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from baton import logs
 from baton.errors import BatonError, StoreError
 from baton.placement.records import GROUPS, OBJECTS, GroupRecord, parse_group, parse_object
 from baton.placement.workload import Fetch, NotLeader, Workload, WorkloadContext
@@ -43,10 +44,10 @@ def describe(exc: BaseException) -> str:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         text = f"{exc.title} is not valid: {where}: {err['msg']}"
-    elif isinstance(exc, BatonError):
+    elif isinstance(exc, BatonError) and str(exc).strip():
         text = str(exc)
     else:
-        text = f"{type(exc).__name__}: {exc}"
+        text = logs.describe(exc)  # the type name at least (str(TimeoutError()) is "")
     text = " ".join(text.split())
     return text if len(text) <= ERROR_LIMIT else text[: ERROR_LIMIT - 3] + "..."
 
@@ -315,5 +316,5 @@ class Runner:
                 if member.workload is not None:
                     await member.workload.close()
             except BatonError as exc:
-                log.warning("closing a member failed", extra={"error": str(exc)})
+                log.warning("closing a member failed", extra={"error": describe(exc)})
         self.members.clear()

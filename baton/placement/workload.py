@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from baton.errors import BatonError, ConfigError, SpecError
+from baton.logs import describe
 from baton.placement.records import NAME, ObjectSpec
 
 log = logging.getLogger("baton.workload")
@@ -247,7 +248,9 @@ class Counter(Workload):
                     self._save()
                     self._last_copy = time.monotonic()
             except (BatonError, OSError, ValueError, KeyError) as exc:
-                log.debug("counter copy failed", extra={"group": self.ctx.group, "error": str(exc)})
+                log.debug(
+                    "counter copy failed", extra={"group": self.ctx.group, "error": describe(exc)}
+                )
             await asyncio.sleep(self.interval)
 
     async def stop_follower(self) -> None:

@@ -6,9 +6,15 @@ import logging
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 from baton import logs
 from baton.election import Election
+from baton.errors import StoreTimeout
+from baton.placement.records import GROUPS, OBJECTS, GroupRecord, ObjectSpec, dump
+from baton.placement.runner import Runner
+from baton.placement.runner import describe as runner_describe
+from baton.placement.workload import load_types
 from baton.store import open_store
 from baton.testing import await_for
 from baton.timings import Timings
@@ -107,3 +113,43 @@ async def test_a_renewal_that_times_out_is_logged_as_a_timeout(tmp_path: Path) -
         logger.removeHandler(handler)
         await election.stop()
         await store.close()
+
+
+async def _times_out(node: str, group: str, request: dict[str, Any]) -> dict[str, Any]:
+    raise TimeoutError  # what a peer call abandoned by its deadline raises: str() is ""
+
+
+async def test_a_failed_counter_copy_names_the_timeout(tmp_path: Path) -> None:
+    # A follower whose fetches from its leader time out: its line used to read error="".
+    handler = Lines()
+    logger = logging.getLogger("baton.workload")
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.DEBUG
+    store = open_store(f"sqlite://{tmp_path / 's.db'}")
+    runner = Runner(
+        "a", store, data_dir=tmp_path, types=load_types(), fetch=_times_out, may_lead=lambda: True
+    )
+    try:
+        await store.put(OBJECTS + "c", dump(ObjectSpec(name="c", type="counter", replicas=2)))
+        group = GroupRecord(
+            object="c", type="counter", partition=0, members=("a", "b"), leader="b", term=3
+        )
+        await store.put(GROUPS + group.key, dump(group))
+        assert await runner.sync([group.key]) == {}
+        line = await await_for(
+            lambda: next((x for x in handler.lines if 'msg="counter copy failed"' in x), None),
+            timeout=10,
+            what="a failed copy",
+        )
+        assert line.endswith("error=TimeoutError"), line
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        await runner.close()
+        await store.close()
+
+
+def test_a_member_error_names_an_empty_exception() -> None:
+    assert runner_describe(TimeoutError()) == "TimeoutError"
+    assert runner_describe(StoreTimeout()) == "StoreTimeout"
+    assert runner_describe(StoreTimeout("s.db stayed locked")) == "s.db stayed locked"
