@@ -11,19 +11,22 @@ SIGTERM or Ctrl-C stop it cleanly and release the lease.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from baton.cascade.nodedb import open_node_db
-from baton.cascade.service import NodeService
+from baton.cascade.nodedb import FencedOut, NodeUnavailable, open_node_db
+from baton.cascade.service import BACKOFF, NodeService
 from baton.cascade.ticker import TickerConfig
 from baton.election import Election
 from baton.errors import LeaseLost
+from baton.logs import describe
 from baton.store import open_store
 from baton.timings import Timings
 
@@ -32,8 +35,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("baton.cascade")
 
-#: How often the service steps (ticker period; the worker's check interval).
-INTERVAL = 0.05
+
+async def node_identity(location: str, stop: asyncio.Event) -> tuple[str, str, bool] | None:
+    """(set, node, has a provider) of the node at ``location``, waiting (with one line saying
+    so) while its database is locked or unreachable; None if stopped meanwhile. A location
+    that is not a node raises :class:`CascadeError` (bad input)."""
+    delay = BACKOFF[0]
+    said = ""
+    while not stop.is_set():
+        try:
+            with open_node_db(location) as db:
+                st = db.state()
+            return st.set_name, st.name, st.provider is not None
+        except NodeUnavailable as exc:
+            if str(exc) != said:
+                log.warning("waiting for the node database", extra={"error": describe(exc)})
+                said = str(exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(BACKOFF[1], delay * 2)
+    return None
 
 
 async def run_node(
@@ -44,13 +65,15 @@ async def run_node(
     ticker: TickerConfig | None = None,
 ) -> int:
     """Serve the node at ``location`` until a stop signal; the exit status."""
-    with open_node_db(location) as db:
-        st = db.state()
     holder = f"{socket.gethostname()}:{os.getpid()}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    identity = await node_identity(location, stop)
+    if identity is None:
+        return 0
+    set_name, name, subscriber = identity
     sessions: list[SparkSession] = []
 
     def spark() -> SparkSession:
@@ -62,16 +85,16 @@ async def run_node(
             sessions.append(build_session(work_dir=spark_work_dir, quiet=quiet))
         return sessions[0]
 
-    if st.provider is not None:
+    if subscriber:
         # Start the JVM before campaigning: it takes seconds, a new leader should not.
         await asyncio.to_thread(spark)
     async with open_store(store_url) as store:
-        election = Election(store, f"cascade/{st.set_name}/{st.name}", holder, Timings.for_ttl(ttl))
+        election = Election(store, f"cascade/{set_name}/{name}", holder, Timings.for_ttl(ttl))
         await election.start()
         try:
             while not stop.is_set():
                 waiting = asyncio.ensure_future(stop.wait())
-                leading = asyncio.ensure_future(_serve(election, location, spark, ticker, stop))
+                leading = asyncio.ensure_future(_serve(election, location, spark, ticker))
                 await asyncio.wait([waiting, leading], return_when="FIRST_COMPLETED")
                 waiting.cancel()
                 if not leading.done():
@@ -79,7 +102,14 @@ async def run_node(
                 try:
                     await leading
                 except (LeaseLost, asyncio.CancelledError) as exc:
-                    log.warning("cascade node service stopped", extra={"reason": str(exc)})
+                    log.warning("cascade node service stopped", extra={"reason": describe(exc)})
+                except FencedOut as exc:
+                    # A newer epoch applied to the node: someone else serves it. Give the lease
+                    # up and campaign again (after a pause, not to take it straight back).
+                    log.warning("cascade node service fenced", extra={"reason": describe(exc)})
+                    await election.resign()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), ttl)
         finally:
             await election.stop()
     return 0
@@ -90,14 +120,17 @@ async def _serve(
     location: str,
     spark: Callable[[], SparkSession],
     ticker: TickerConfig | None,
-    stop: asyncio.Event,
 ) -> None:
     async with election.leadership() as term:
         service = NodeService(location, term.epoch, spark, ticker)
         log.info("serving cascade node", extra={"location": location, "epoch": term.epoch})
+        halt = threading.Event()
+        running = asyncio.ensure_future(asyncio.to_thread(service.run, halt))
         try:
-            while not stop.is_set():
-                await asyncio.to_thread(service.step)
-                await asyncio.sleep(INTERVAL)
+            await asyncio.shield(running)
         finally:
-            await asyncio.shield(asyncio.to_thread(service.stop))
+            # Lost the lease or told to stop: the service stops before this returns (its
+            # current step finishes, the worker's query is stopped).
+            halt.set()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(running)

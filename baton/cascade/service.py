@@ -2,19 +2,28 @@
 
 :class:`NodeService` follows the node's role as it changes (a switchover or failover turns a
 branch into the root and the root into a branch), and is what both ``baton cascade run`` and
-the placement workload type ``cascade-worker`` run. It is blocking code driven by
-:meth:`NodeService.step`, called every ``interval`` seconds from a thread.
+the placement workload type ``cascade-worker`` run. It is blocking code: :meth:`NodeService.run`
+calls :meth:`NodeService.step` every :data:`INTERVAL` seconds in a thread, with the one error
+policy every runner of a node shares:
+
+- a newer epoch applied to the node (:class:`FencedOut`): the run ends, the caller's leadership
+  is over;
+- anything else (a node database locked or unreachable, a store hiccup, a Spark query that
+  keeps failing, a provider not there yet): one line saying what the node waits for, then the
+  step again after a backoff (0.5 s doubling to 10 s), for as long as the caller leads. Bad
+  input is refused before a service starts; a running service never exits on its own.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from baton.cascade.model import Role
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.nodedb import FencedOut, open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.cascade.worker import Worker
@@ -23,6 +32,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("baton.cascade")
+
+#: How often the service steps (ticker period; the worker's check interval).
+INTERVAL = 0.05
+#: Backoff after a failed step: from the first value, doubling up to the second.
+BACKOFF = (0.5, 10.0)
 
 
 class NodeService:
@@ -43,6 +57,8 @@ class NodeService:
         self.worker: Worker | None = None
         self.role: Role | None = None
         self._pull = Every(PULL_INTERVAL)
+        #: The last step's failure ("" after a good step): what the node waits for.
+        self.error = ""
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -73,6 +89,41 @@ class NodeService:
         if self.worker is None:
             self.worker = Worker(self.spark(), self.location, self.epoch)
         self.worker.check()
+
+    def run(self, halt: threading.Event) -> None:
+        """Step until ``halt`` is set; raises :class:`FencedOut` when a newer epoch took the
+        node over. See the module docstring for the error policy. Stops the worker on exit."""
+        delay = INTERVAL
+        try:
+            while not halt.wait(delay):
+                try:
+                    self.step()
+                except FencedOut:
+                    raise
+                except Exception as exc:
+                    delay = min(BACKOFF[1], max(BACKOFF[0], delay * 2))
+                    self._failed(exc, delay)
+                    continue
+                if self.error:
+                    log.info("cascade node service resumed", extra={"location": self.location})
+                    self.error = ""
+                delay = INTERVAL
+        finally:
+            self.stop()
+
+    def _failed(self, exc: Exception, delay: float) -> None:
+        from baton.errors import BatonError
+        from baton.logs import describe
+
+        error = describe(exc)
+        if error != self.error:  # one line per distinct cause, not one per retry
+            log.warning(
+                "cascade node service waits",
+                extra={"location": self.location, "error": error, "retry_s": delay},
+                # An error baton does not expect keeps its trace (in the log, for a report).
+                exc_info=not isinstance(exc, BatonError),
+            )
+        self.error = error
 
     def stop(self) -> None:
         if self.worker is not None:

@@ -47,6 +47,12 @@ def db_tables(location: str) -> dict[str, str]:
         return db.tables()
 
 
+def _first_line(exc: BaseException) -> str:
+    """The message of a failed query without the JVM and Python stack traces Spark appends."""
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 class Worker:
     """Runs the apply query of the node at ``location`` with fencing ``epoch``."""
 
@@ -143,6 +149,12 @@ class Worker:
         and :class:`CascadeError` after repeated failures without progress."""
         with open_node_db(self.location) as db:
             st = db.state()
+        if st.epoch > self.epoch:
+            # A newer worker applied here: this one's batches are all refused from now on.
+            self.stop()
+            raise FencedOut(
+                f"worker for {st.name} at epoch {self.epoch} is stale: epoch {st.epoch} applied"
+            )
         if st.paused or st.provider is None:
             self.stop()  # paused, or promoted to root: nothing to apply
             return
@@ -175,18 +187,21 @@ class Worker:
             self.start()
             return
         if not self.query.isActive:
+            # Refusals baton expects (paused, provider changed, fenced) do not fail the query:
+            # the sink applies nothing and the checks above act on the node's state. So a
+            # query that stopped on its own met something unexpected.
             exc = self.query.exception()
-            message = str(exc) if exc is not None else "stopped"
+            message = _first_line(exc) if exc is not None else "stopped"
             self.query = None
-            if "is stale" in message:
-                raise FencedOut(f"worker for {st.name} at epoch {self.epoch}: {message}")
-            if "micro-batch not applied" not in message:  # paused or moved meanwhile: no fault
-                self.failures = self.failures + 1 if st.position == self._failed_at else 1
-                self._failed_at = st.position
-                if self.failures > 3:
-                    self.error = exc
-                    raise CascadeError(f"worker for {st.name} keeps failing: {message}")
-                log.warning("worker query failed; restarting", extra={"error": message[:300]})
+            self.failures = self.failures + 1 if st.position == self._failed_at else 1
+            self._failed_at = st.position
+            if self.failures > 3:
+                self.error = exc
+                raise CascadeError(f"worker for {st.name} keeps failing: {message}")
+            log.warning(
+                "worker query failed; restarting (Spark's trace is in its log)",
+                extra={"error": message},
+            )
             self.start()
             return
         self.pull_watermarks()

@@ -19,15 +19,14 @@ import threading
 import time
 from typing import Any
 
-from baton.cascade.nodedb import CascadeError, open_node_db
+from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
 from baton.cascade.service import NodeService
 from baton.errors import BatonError
+from baton.logs import describe
 from baton.placement.workload import NotLeader, Workload, WorkloadContext
 
 log = logging.getLogger("baton.cascade")
 
-#: The service steps this often (ticker period, worker check interval).
-INTERVAL = 0.05
 #: A follower polls the leader this often; its stream is live for LIVE_WINDOW after a success.
 FOLLOW_INTERVAL = 0.5
 LIVE_WINDOW = 2.0
@@ -49,25 +48,18 @@ class CascadeWorker(Workload):
         self._thread: threading.Thread | None = None
         self._follow: asyncio.Task[None] | None = None
         self._last_copy = 0.0
-        self.error = ""
+        self._service: NodeService | None = None
 
     # -- leader ------------------------------------------------------------------------------
 
     def _run(self, term: int) -> None:
-        service = NodeService(self.location, term, self.ctx.spark)
+        self._service = NodeService(self.location, term, self.ctx.spark)
         try:
-            while not self._halt.wait(INTERVAL):
-                try:
-                    service.step()
-                    self.error = ""
-                except CascadeError as exc:
-                    self.error = str(exc)
-                    if "is stale" in self.error:
-                        return  # a newer epoch applied: this leadership is over
-                    log.warning("cascade service step failed", extra={"error": self.error[:300]})
-                    self._halt.wait(1.0)
-        finally:
-            service.stop()
+            self._service.run(self._halt)
+        except FencedOut as exc:
+            # A newer term applied to the node: this leadership is over (the controller's
+            # next pass finds the group's leader not leading and acts on it).
+            log.warning("cascade service fenced", extra={"error": describe(exc)})
 
     async def start_leader(self, term: int) -> None:
         await self.stop_follower()
@@ -114,7 +106,8 @@ class CascadeWorker(Workload):
     async def serve(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.term is None or request.get("term") != self.term:
             raise NotLeader(f"not the leader of {self.ctx.group} at term {request.get('term')}")
-        return {"term": self.term, "error": self.error}
+        error = self._service.error if self._service is not None else ""
+        return {"term": self.term, "error": error}
 
     def commit_index(self) -> int:
         try:

@@ -18,8 +18,9 @@ Options: ``subscriber`` (the node's location, required), ``epoch`` (the worker's
 required), ``provider`` (the name of the node read from: nothing is applied once the subscriber
 follows another).
 
-A micro-batch that must not be applied (the node was paused, or its provider changed) fails the
-query with a line saying so; the worker restarts it from the stored position.
+A micro-batch that must not be applied (the node was paused, its provider changed, or a newer
+epoch applied) is refused without failing the query: nothing is applied, and the worker, which
+watches the node's state, stops or restarts the query from the stored position.
 """
 
 from __future__ import annotations
@@ -34,9 +35,6 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
-
-#: What ``apply_batch`` reports when it applied nothing and the worker must restart.
-RESTART = ("paused", "provider changed")
 
 
 class Applied(WriterCommitMessage):
@@ -75,19 +73,29 @@ class ApplyWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         import pyarrow as pa
 
-        from baton.cascade.nodedb import CascadeError
+        from baton.cascade.nodedb import FencedOut
         from baton.spark.apply import apply_arrow
 
         batches = list(iterator)
         if not batches:
             return Applied(False, 0, 0, "empty")
-        result = apply_arrow(
-            pa.Table.from_batches(batches), self.subscriber, self.epoch, self.provider, whole=True
-        )
+        try:
+            result = apply_arrow(
+                pa.Table.from_batches(batches),
+                self.subscriber,
+                self.epoch,
+                self.provider,
+                whole=True,
+            )
+        except FencedOut:
+            # A newer worker applied here: nothing of this one's is applied ever again. Its
+            # driver reads the node's epoch and stops the query (no failure for Spark to log).
+            return Applied(False, 0, 0, "fenced")
         if result is None:
             return Applied(False, 0, 0, "no tick")
-        if result.detail in RESTART:
-            raise CascadeError(f"micro-batch not applied: {result.detail}; restart the worker")
+        # Not applied because the node was paused or moved to another provider: no error for
+        # Spark to print, the worker sees the node's state and restarts the query from the
+        # stored position (every micro-batch until then is refused the same way).
         return Applied(result.applied, result.position, result.events, result.detail)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
