@@ -70,6 +70,11 @@ class NodeMetrics:
             "Groups whose suspect leader may not be deposed yet (members still stream from it)",
             registry=r,
         )
+        self.error_groups = Gauge(
+            "baton_groups_in_error",
+            "Groups with a member whose workload cannot be created or take its role (state error)",
+            registry=r,
+        )
         self.info = Gauge("baton_node_info", "Node identity", ["node"], registry=r)
         self.info.labels(node=node_id).set(1)
 

@@ -303,6 +303,7 @@ class PlacementController:
         m.leader_transfers.inc(len(decision.transfers))
         m.suspects.set(sum(1 for v in obs.nodes.values() if not v.live or not v.reachable))
         m.failure_groups.set(len(decision.failures))
+        m.error_groups.set(len(decision.errors))
         for key in decision.transfers:
             group = decision.groups.get(key)
             if group is not None and key in changed:

@@ -384,6 +384,8 @@ def test_a_member_that_cannot_run_is_isolated(trio: LocalCluster) -> None:
     assert {f["group"] for f in placement(c)["errors"]} == {"bad/0"}
     ctl, epoch = c.wait_for(c.controller)
     node = c.node(ctl)
+    # Set at the end of the pass that wrote the state: wait for it.
+    c.wait_for(lambda: _metric(node.get("/metrics").text, "baton_groups_in_error") == 1, timeout=30)
     res = httpx.post(
         f"{node.url}/v1/commands",
         json={
@@ -400,6 +402,7 @@ def test_a_member_that_cannot_run_is_isolated(trio: LocalCluster) -> None:
     assert list(res.json()["failed"]) == ["bad/0"]
     run(_delete(c.store_url, "bad"))
     c.wait_for(lambda: not groups_of(c, "bad"), timeout=30)
+    c.wait_for(lambda: _metric(node.get("/metrics").text, "baton_groups_in_error") == 0, timeout=30)
     for n in c.nodes:
         log = (c.data_dir / f"{n}.log").read_text()
         assert "Exception in ASGI application" not in log and "request failed" not in log
