@@ -106,3 +106,36 @@ def test_lease_show_and_list(backend: Backend, tmp_path: Path) -> None:
 def test_store_url_from_environment(tmp_path: Path) -> None:
     res = baton("lease", "list", "--json", env={"BATON_STORE": f"sqlite://{tmp_path / 'e.db'}"})
     assert res.returncode == 0 and res.stdout.strip() == "[]"
+
+
+def test_nodes_without_api_show_a_lapsed_node_suspect_then_dead(tmp_path: Path) -> None:
+    # Issue 10: read from the store alone, a node that lost its membership showed dead at
+    # once, never suspect. The store keeps when the lease lapsed; suspect lasts 2 ttl of it.
+    import asyncio
+    import json
+
+    from baton.node.status import MEMBERS, NODES
+    from baton.store import open_store
+    from baton.testing import await_for, wait_for
+
+    url = f"sqlite://{tmp_path / 's.db'}"
+
+    async def lapsed_node() -> None:
+        async with open_store(url) as store:
+            await store.put(NODES + "n1", json.dumps({"id": "n1", "address": "h:1"}).encode())
+            lease = await store.acquire(MEMBERS + "n1", "n1", 1.0)
+            assert lease is not None
+
+            async def expired() -> bool:  # no process renews it: it lapses at its expiry
+                return await store.now() > lease.expires_at
+
+            await await_for(expired, timeout=10)
+
+    def state() -> str:
+        res = baton("nodes", "--store", url, "--json")
+        assert res.returncode == 0, res.stderr
+        return str(json.loads(res.stdout)[0]["state"])
+
+    asyncio.run(lapsed_node())
+    assert state() == "suspect"
+    wait_for(lambda: state() == "dead", timeout=20, what="dead 2 ttl after the lapse")

@@ -139,7 +139,9 @@ async def _cluster_status(url: str) -> dict[str, Any]:
     from baton.node.status import cluster_status
 
     async with open_store(url) as store:
-        return await cluster_status(store, 2 * Timings().ttl)
+        # Suspect for 2 ttl after the lapse the store keeps, the ttl each node's membership had
+        # (this process does not know the nodes' config).
+        return await cluster_status(store)
 
 
 def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:

@@ -39,6 +39,10 @@ namespace: a counter and a lease of the same name do not share epochs.
 *Renewal* of many leases of one holder is one round trip, keeps their epochs, and fails (``None``
 for that name) if the lease expired by the store clock, was released, or is held at another epoch.
 
+*Lapses.* When a lease stopped being held (its expiry by the store clock, or its release) is kept
+until the name is acquired again (:meth:`Store.lapses`): a reader without history, like the CLI,
+can tell a lease that lapsed a moment ago from one gone long ago.
+
 *Revisions.* Every change gets its own store revision, one greater than the last, in commit
 order; a transaction writing three keys takes three consecutive revisions, committed together.
 
@@ -94,6 +98,16 @@ class Lease:
     epoch: int
     ttl: float
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lapse:
+    """A lease that was held and is not now: ``at`` is when it stopped being held, on the
+    store's clock (its expiry, or the moment it was released), and ``ttl`` the ttl it had."""
+
+    name: str
+    at: float
+    ttl: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +285,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_leases(self, prefix: str = "") -> list[Lease]:
         """Every held lease whose name starts with ``prefix``, sorted by name."""
+
+    @abc.abstractmethod
+    async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
+        """When each of ``names`` that is not held now stopped being held (see :class:`Lapse`),
+        so that a reader without history can tell a lease that just lapsed from one gone
+        long ago. Kept until the name is acquired again; names held now or never held are
+        left out, and so are lapses the store lost (a restart without persistence)."""
 
     @abc.abstractmethod
     async def expire_due(self) -> float | None:

@@ -8,7 +8,8 @@ Everything lives in a schema named after the namespace, created on first connect
              compacted_rev (every change at or below it was trimmed from the log)
     head     one row: rev, the newest store revision
     leases   name, holder (NULL when free), epoch (the last one granted, kept when the
-             lease is released or expires), ttl_us, exp_us, expired_logged,
+             lease is released or expires), ttl_us, exp_us (its expiry while held; when
+             it stopped being held once it is not), expired_logged,
              successor and reserved_until_us (a handover reservation)
     records  key, value, version
     counters name, epoch: the last epoch of each epoch counter (``next_epochs``); created on
@@ -74,6 +75,7 @@ from baton.store.base import (
     Condition,
     Delete,
     FeedListener,
+    Lapse,
     Lease,
     LeaseHeld,
     Op,
@@ -240,6 +242,8 @@ WITH now AS (SELECT {now} AS us),
 freed AS (
     UPDATE {s}.leases l SET
         holder = NULL,
+        -- the exp_us of a lease nobody holds is when it stopped being held (see _LAPSES)
+        exp_us = now.us,
         successor = %(successor)s::text,
         reserved_until_us = CASE WHEN %(successor)s::text IS NULL THEN NULL
                                  ELSE now.us + l.ttl_us END
@@ -278,6 +282,14 @@ _LIST_LEASES = """
 SELECT name, holder, epoch, ttl_us, exp_us FROM {s}.leases
 WHERE holder IS NOT NULL AND exp_us > (SELECT {now}) AND {cond}
 ORDER BY name
+"""
+
+# Expired (logged or not) or released: exp_us is when it stopped being held. least(): a release
+# written before releases set exp_us kept a later expiry.
+_LAPSES = """
+WITH now AS (SELECT {now} AS us)
+SELECT l.name, least(l.exp_us, now.us), l.ttl_us FROM {s}.leases l, now
+WHERE l.name = ANY(%(names)s::text[]) AND (l.holder IS NULL OR l.exp_us <= now.us)
 """
 
 _NEXT_EXPIRY = """
@@ -573,6 +585,7 @@ class PostgresStore(Store):
         self._renew = q(_RENEW)
         self._release = q(_RELEASE)
         self._get_lease = q(_GET_LEASE)
+        self._lapses = q(_LAPSES)
         self._next_epochs = q(_NEXT_EPOCHS)
         self._counters_ddl = q(_COUNTERS_DDL)
         self._next_expiry = q(_NEXT_EXPIRY)
@@ -924,6 +937,15 @@ class PostgresStore(Store):
             Lease(name, holder, int(epoch), int(ttl_us) / _US, int(exp_us) / _US)
             for name, holder, epoch, ttl_us, exp_us in rows
         ]
+
+    async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            check_name("lease name", name)
+        if not wanted:
+            return {}
+        rows = await self._rows(self._lapses, {"names": wanted}, "reading lease lapses")
+        return {name: Lapse(name, int(at) / _US, int(ttl) / _US) for name, at, ttl in rows}
 
     async def expire_due(self) -> float | None:
         """Write an ``expired`` change for every lease past its expiry that has none yet (and

@@ -20,6 +20,9 @@ Keys, all under ``"<namespace>:"``:
 ``expiry``             sorted set of held lease names by expiry in microseconds: the only
                        copy of a lease's expiry
 ``lease_names``        sorted set of held lease names, all score 0 (``ZRANGEBYLEX`` listing)
+``lapsed``             hash name -> when the lease stopped being held (its expiry, or its
+                       release) and its ttl, joined by a newline; removed when it is acquired
+                       again (:meth:`RedisStore.lapses`)
 ``handover:<name>``    hash ``successor until`` of a lease released to a named successor
 ``records``            sorted set of record keys, all score 0
 ``r:<key>``            hash of one record: ``value version``
@@ -76,6 +79,7 @@ from baton.store.base import (
     Condition,
     Delete,
     FeedListener,
+    Lapse,
     Lease,
     LeaseHeld,
     Op,
@@ -116,7 +120,7 @@ _T = TypeVar("_T")
 #: The fixed keys, passed to every script as KEYS in this order.
 _KEY_NAMES: Final = (
     "incarnation", "revision", "log", "records", "lease", "lease_names", "expiry", "epochs",
-    "counters",
+    "counters", "lapsed",
 )  # fmt: skip
 
 # -- Lua ---------------------------------------------------------------------------------------
@@ -130,6 +134,7 @@ _PRELUDE = r"""
 local K_INCARNATION, K_REVISION, K_LOG, K_RECORDS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_LEASE, K_LEASE_NAMES, K_EXPIRY, K_EPOCHS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local PREFIX, CHANNEL, CANDIDATE, LOG_LIMIT = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local K_LAPSED = KEYS[10]
 
 -- How many names one command takes at most: unpack() is bounded by the Lua stack.
 local CHUNK = 1000
@@ -168,10 +173,15 @@ local function expiry_of(name)
   return tonumber(redis.call('ZSCORE', K_EXPIRY, name) or '0')
 end
 
-local function drop_lease(name)
+-- Let go of a lease that stopped being held at ``at`` (microseconds; nil: not a lease that
+-- was held), remembering when and its ttl.
+local function drop_lease(name, at, ttl)
   redis.call('HDEL', K_LEASE, name)
   redis.call('ZREM', K_EXPIRY, name)
   redis.call('ZREM', K_LEASE_NAMES, name)
+  if at then
+    redis.call('HSET', K_LAPSED, name, fmt(at) .. '\n' .. ttl)
+  end
 end
 
 -- The incarnation names this data set. If the key is gone, so is everything else (restart
@@ -227,6 +237,7 @@ else
   end
 end
 redis.call('DEL', handover_key(name))
+redis.call('HDEL', K_LAPSED, name)
 local last = tonumber(redis.call('HGET', K_EPOCHS, name) or '0')
 local epoch = fmt(math.max(now, last + 1))
 local exp = fmt(now + ttl)
@@ -331,7 +342,7 @@ local h, e, ttl = unpack_lease(packed)
 if h ~= holder or e ~= epoch or expiry_of(name) <= now then
   return 0
 end
-drop_lease(name)
+drop_lease(name, now, ttl)
 local extra = {'h', holder, 'e', epoch}
 if successor ~= '' then
   local key = handover_key(name)
@@ -383,22 +394,59 @@ end
 return out
 """
 
+# ARGV[5] "name\nname..." Returns name, when it stopped being held, ttl per named lease that
+# is not held now and has a lapse kept (an expiry not logged yet counts as one).
+_LAPSES = r"""
+local now = clock()
+local out = {}
+for name in string.gmatch(ARGV[5], '([^\n]+)') do
+  local packed = redis.call('HGET', K_LEASE, name)
+  local exp = expiry_of(name)
+  local at, ttl = nil, nil
+  if packed then
+    if exp <= now then
+      local _, _, t = unpack_lease(packed)
+      at, ttl = fmt(exp), t
+    end
+  else
+    local kept = redis.call('HGET', K_LAPSED, name)
+    if kept then
+      at, ttl = string.match(kept, '^([^\n]*)\n([^\n]*)$')
+    end
+  end
+  if at then
+    out[#out + 1] = name
+    out[#out + 1] = at
+    out[#out + 1] = ttl
+  end
+end
+return out
+"""
+
 # ARGV[5] batch limit. Logs due expiries; returns microseconds to the next expiry ('0': more
 # are due already) or nil when no lease is held.
 _EXPIRE_DUE = r"""
 local limit = tonumber(ARGV[5])
 local now = clock()
-local due = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', fmt(now), 'LIMIT', 0, limit)
+local scored = redis.call('ZRANGEBYSCORE', K_EXPIRY, '-inf', fmt(now), 'WITHSCORES', 'LIMIT', 0,
+                         limit)
+local due, expiries = {}, {}
+for j = 1, #scored, 2 do
+  due[#due + 1] = scored[j]
+  expiries[#expiries + 1] = tonumber(scored[j + 1])
+end
 local rev = nil
 if #due > 0 then
   local states = redis.call('HMGET', K_LEASE, unpack(due))
   for j, name in ipairs(due) do
     if states[j] then
-      local h, e = unpack_lease(states[j])
+      local h, e, ttl = unpack_lease(states[j])
       rev = next_revision()
       append(rev, 'expired', name, {'h', h, 'e', e})
+      drop_lease(name, expiries[j], ttl)
+    else
+      drop_lease(name, nil, nil)
     end
-    drop_lease(name)
   end
 end
 if rev then
@@ -531,6 +579,7 @@ _SCRIPTS: Final = {
     "next_epochs": _NEXT_EPOCHS,
     "get_lease": _GET_LEASE,
     "list_leases": _LIST_LEASES,
+    "lapses": _LAPSES,
     "expire_due": _EXPIRE_DUE,
     "txn": _TXN,
     "head": _HEAD,
@@ -839,6 +888,18 @@ class RedisStore(Store):
                   int(res[i + 4]) / _US)
             for i in range(0, len(res), 5)
         ]  # fmt: skip
+
+    async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            check_name("lease name", name)
+        if not wanted:
+            return {}
+        res = await self._run("lapses", ["\n".join(wanted)], idempotent=True)
+        return {
+            _text(res[i]): Lapse(_text(res[i]), int(res[i + 1]) / _US, int(res[i + 2]) / _US)
+            for i in range(0, len(res), 3)
+        }
 
     async def expire_due(self) -> float | None:
         res = await self._run("expire_due", [str(self._expire_batch)], idempotent=True)

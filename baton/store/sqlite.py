@@ -32,6 +32,7 @@ from baton.store.base import (
     ChangeKind,
     Condition,
     FeedListener,
+    Lapse,
     Lease,
     Op,
     Position,
@@ -282,11 +283,12 @@ class SQLiteStore(Store):
         p = self._p
 
         def op(db: sqlite3.Connection, now: int) -> bool:
+            # exp_us of a lease nobody holds is when it stopped being held (see lapses()).
             cur = db.execute(
-                f"UPDATE {p}leases SET holder = NULL, successor = ?, reserved_until_us = "
-                "CASE WHEN ? IS NULL THEN NULL ELSE ? + ttl_us END "
+                f"UPDATE {p}leases SET holder = NULL, exp_us = ?, successor = ?, "
+                "reserved_until_us = CASE WHEN ? IS NULL THEN NULL ELSE ? + ttl_us END "
                 "WHERE name = ? AND holder = ? AND epoch = ? AND exp_us > ?",
-                (successor, successor, now, lease.name, lease.holder, lease.epoch, now),
+                (now, successor, successor, now, lease.name, lease.holder, lease.epoch, now),
             )
             if cur.rowcount != 1:
                 return False
@@ -336,6 +338,28 @@ class SQLiteStore(Store):
 
     async def list_leases(self, prefix: str = "") -> list[Lease]:
         return await self._run(self._held, "substr(name, 1, ?) = ?", (len(prefix), prefix))
+
+    async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
+        wanted = list(dict.fromkeys(names))
+        for name in wanted:
+            check_name("lease name", name)
+
+        def op() -> dict[str, Lapse]:
+            assert self._db is not None
+            now = self._now_us()
+            out: dict[str, Lapse] = {}
+            for i in range(0, len(wanted), 500):  # below SQLite's limit of bound parameters
+                chunk = wanted[i : i + 500]
+                rows = self._db.execute(
+                    f"SELECT name, exp_us, ttl_us FROM {self._p}leases WHERE name IN "
+                    f"({','.join('?' * len(chunk))}) AND (holder IS NULL OR exp_us <= ?)",
+                    (*chunk, now),
+                ).fetchall()
+                # min(): a release written before releases set exp_us kept a later expiry.
+                out.update({n: Lapse(n, min(x, now) / US, t / US) for n, x, t in rows})
+            return out
+
+        return await self._run(op)
 
     async def expire_due(self) -> float | None:
         p = self._p

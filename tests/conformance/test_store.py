@@ -191,6 +191,28 @@ async def test_list_leases_by_prefix(store: Store) -> None:
     assert len(await store.list_leases()) == 3
 
 
+async def test_lapses_say_when_a_lease_stopped_being_held(store: Store) -> None:
+    short = await store.acquire("m/a", "n1", 0.2)
+    gone = await store.acquire("m/b", "n2", 5)
+    held = await store.acquire("m/c", "n3", 5)
+    assert short is not None and gone is not None and held is not None
+    before = await store.now()
+    assert await store.release(gone, successor="n9")
+    after = await store.now()
+    await wait_expired(store, short.expires_at)
+    names = ["m/a", "m/b", "m/c", "m/never"]
+    # An expiry nobody logged yet is a lapse already, at the lease's expiry.
+    lapses = await store.lapses(names)
+    assert sorted(lapses) == ["m/a", "m/b"]
+    assert (lapses["m/a"].at, lapses["m/a"].ttl) == (short.expires_at, 0.2)
+    assert before <= lapses["m/b"].at <= after and lapses["m/b"].ttl == 5
+    await store.expire_due()  # logged: the same lapse
+    assert await store.lapses(names) == lapses
+    assert await store.acquire("m/a", "n1", 5) is not None  # held again: no lapse
+    assert list(await store.lapses(names)) == ["m/b"]
+    assert await store.lapses([]) == {}
+
+
 async def test_handover_reserves_lease_for_successor(store: Store) -> None:
     lease = await store.acquire("lead", "n1", 5)
     assert lease is not None
