@@ -19,11 +19,15 @@ import threading
 import time
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
 from baton.cascade.service import NodeService
-from baton.errors import BatonError
+from baton.errors import BatonError, ConfigError, redact_url
 from baton.logs import describe
 from baton.placement.workload import NotLeader, Workload, WorkloadContext
+from baton.store import sqlite_path
 
 log = logging.getLogger("baton.cascade")
 
@@ -32,8 +36,39 @@ FOLLOW_INTERVAL = 0.5
 LIVE_WINDOW = 2.0
 
 
+class CascadeWorkerSpec(BaseModel):
+    """The ``cascade-worker`` type's spec: the node database its service runs on, as
+    :func:`~baton.cascade.nodedb.open_node_db` opens it. An SQLite location is read by the one
+    parser of SQLite URLs (:func:`baton.store.sqlite_path`), so it takes every spelling the
+    store takes and refuses the rest (a directory, no file, query options) when the object is
+    created, not when a member starts."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    location: str = Field(
+        description="the node database, like sqlite:///data/s2.db or postgresql://user@host/db",
+    )
+
+    @field_validator("location")
+    @classmethod
+    def _openable(cls, location: str) -> str:
+        scheme, _, rest = location.partition(":")
+        if scheme == "sqlite":
+            try:
+                sqlite_path(location)
+                return location
+            except ConfigError as exc:
+                problem = str(exc)
+        elif scheme in ("postgresql", "postgres") and rest:
+            return location
+        else:  # redacted: a URL may hold a password
+            problem = f"{redact_url(location)!r} is not a node database URL"
+        raise PydanticCustomError("node_location", "{problem}", {"problem": problem})
+
+
 class CascadeWorker(Workload):
     type_name = "cascade-worker"
+    spec_model = CascadeWorkerSpec
 
     def __init__(self, ctx: WorkloadContext) -> None:
         super().__init__(ctx)

@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -278,36 +277,12 @@ class Counter(Workload):
         await self._stop_task()
 
 
-class CascadeWorkerSpec(BaseModel):
-    """The ``cascade-worker`` type's spec: the node database its service runs on."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    location: str = Field(
-        pattern=r"^(sqlite|postgresql|postgres):.",
-        description="the node database, like sqlite:///data/s2.db or postgresql://user@host/db",
-    )
-
-
-@cache
-def _cascade_worker() -> type[Workload]:
-    """The built-in ``cascade-worker`` type: :class:`baton.cascade.workload.CascadeWorker`
-    with its spec declared, so that a bad spec is refused when the object is created. (The
-    cascade package is kept free of placement's spec machinery; the worker reads only
-    ``spec.location``, which this model checks.)"""
-    from baton.cascade.workload import CascadeWorker  # imports no Spark until a member starts
-
-    class PlacedCascadeWorker(CascadeWorker):
-        """A cascade node's service as a placed object (see :class:`CascadeWorker`)."""
-
-        spec_model = CascadeWorkerSpec
-
-    return PlacedCascadeWorker
-
-
 def _builtin() -> dict[str, type[Workload]]:
-    worker = _cascade_worker()
-    return {Counter.type_name: Counter, worker.type_name: worker}
+    # Imported here: the cascade package imports this module. It imports no Spark until a
+    # member starts.
+    from baton.cascade.workload import CascadeWorker
+
+    return {Counter.type_name: Counter, CascadeWorker.type_name: CascadeWorker}
 
 
 def find_type(name: str) -> type[Workload] | None:

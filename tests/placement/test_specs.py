@@ -60,6 +60,9 @@ def test_spec_hooks_of_the_builtin_types() -> None:
     for bad in ({}, {"location": 3}, {"location": "mysql://h/db"}, {"location": "x", "y": 1}):
         with pytest.raises(SpecError, match="cascade-worker spec"):
             worker.validate_spec(bad)
+    with pytest.raises(SpecError) as info:  # a refused URL is shown without its password
+        worker.validate_spec({"location": "mysql://u:hunter2@h/db"})
+    assert "hunter2" not in str(info.value) and "'mysql://u:***@h/db'" in str(info.value)
 
     class Free(Workload):  # a type without a spec model takes any spec
         type_name = "free"

@@ -16,7 +16,8 @@ import pytest
 from baton.cascade import commands
 from baton.cascade.model import Role
 from baton.cascade.nodedb import CascadeError, open_node_db
-from baton.errors import ConfigError
+from baton.cascade.workload import CascadeWorker
+from baton.errors import ConfigError, SpecError
 from baton.node.config import load
 from baton.store import open_store, sqlite_path
 from tests.test_cli import BATON, one_line_error
@@ -77,8 +78,17 @@ def test_bad_sqlite_urls_are_refused_everywhere(url: str, tmp_path: Path) -> Non
         open_node_db(url)
     with pytest.raises(CascadeError):
         commands.normalise(url)
-    for err in (store_error, node_error):
+    # A placed node service too, when its object is created (it was accepted, and failed on
+    # every node that tried to start it).
+    with pytest.raises(SpecError) as spec_error:
+        CascadeWorker.validate_spec({"location": url})
+    for err in (store_error, node_error, spec_error):
         assert "\n" not in str(err.value) and "sqlite:///" in str(err.value)
+
+
+def test_a_placed_node_service_takes_every_spelling() -> None:
+    for url in [*absolute(Path("/d/s2.db")), *RELATIVE]:
+        assert CascadeWorker.validate_spec({"location": url}) == {"location": url}
 
 
 def test_node_locations_take_every_spelling_and_store_one(
