@@ -15,6 +15,7 @@ import logging
 import time
 
 from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
+from baton.logs import describe
 
 log = logging.getLogger("baton.cascade")
 
@@ -45,7 +46,7 @@ def pull_watermarks(db: NodeDB) -> dict[str, int]:
         try:
             fresh = subscriber_mark(nodes[name][0], me)
         except CascadeError as exc:  # unreachable, busy, not yet created: keep its last mark
-            log.debug("watermark not read", extra={"subscriber": name, "error": str(exc)})
+            log.debug("watermark not read", extra={"subscriber": name, "error": describe(exc)})
             continue
         if fresh is not None and fresh != mark:
             changed[name] = fresh

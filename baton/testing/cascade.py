@@ -54,8 +54,8 @@ def root_and_branch(directory: Path) -> dict[str, str]:
 
 
 class Ticker(threading.Thread):
-    """Runs the root's ticker and watermark publisher until stopped; follows the root if it
-    moves (switchover, failover)."""
+    """Runs the root's ticker and watermark publisher, and every node's watermark pull, until
+    stopped; follows the root if it moves (switchover, failover)."""
 
     def __init__(self, cascade: LocalSet, cfg: TickerConfig = TEST_TICKER) -> None:
         super().__init__(daemon=True, name="baton-ticker")
@@ -75,7 +75,7 @@ class Ticker(threading.Thread):
                     if tick_once(db, self.cfg, time.time()) is not None:
                         self.ticks += 1
                     if pull.due():
-                        pull_watermarks(db)
+                        self.cascade.pull_watermarks()
                     publish_watermark(db)
             except Exception:  # a root being switched or killed: try again next period
                 continue
@@ -104,10 +104,15 @@ class LocalSet:
         self.path(name).parent.mkdir(parents=True, exist_ok=True)
         create_accounts(self.path(name))
 
-    def root(self, name: str) -> None:
+    def root(self, name: str, ticker: bool = True) -> None:
+        """Create root ``name``; ``ticker``: start its ticker now (else :meth:`start_ticker`)."""
         self._create(name)
         ops.create_root(name, self.location(name), self.set_name)
         self.roles[name] = Role.ROOT
+        if ticker:
+            self.start_ticker()
+
+    def start_ticker(self) -> None:
         if not self.ticker.is_alive():
             self.ticker.start()
 
@@ -180,6 +185,21 @@ class LocalSet:
         for worker in list(self.workers.values()):
             worker.check()
 
+    def pull_watermarks(self) -> None:
+        """What every live node's service does in the background: pull its subscribers'
+        watermarks (the test drives workers itself, so a node's worker may not run)."""
+        for name in self.roles:
+            if name in self.dead:
+                continue
+            with open_node_db(self.location(name)) as db:
+                if db.state().role.carries_queue:
+                    pull_watermarks(db)
+
+    def tables_ok(self, name: str) -> bool:
+        """Whether every table ``name`` replicates is copied whole and caught up."""
+        with open_node_db(self.location(name)) as db:
+            return all(state == "ok" for state in db.tables().values())
+
     def rows(self, name: str, table: str = "accounts") -> list[tuple[Any, ...]]:
         with open_node_db(self.location(name)) as db:
             return db.read_rows(table)
@@ -188,7 +208,8 @@ class LocalSet:
         self, names: list[str] | None = None, timeout: float = 120.0, upto: int | None = None
     ) -> int:
         """Wait until the root ticked every event and ``names`` (default: every live
-        subscriber) applied up to that tick (or up to tick ``upto``); the tick."""
+        subscriber) applied up to that tick (or up to tick ``upto``) with every table copied
+        whole (``ok``); the tick."""
         root = self.current_root()
         if upto is None:
             assert root is not None, "no root"
@@ -202,7 +223,7 @@ class LocalSet:
 
         def synced() -> bool:
             self.check_workers()
-            return all(self.state(n).position >= goal for n in targets)
+            return all(self.state(n).position >= goal and self.tables_ok(n) for n in targets)
 
         wait_for(synced, timeout=timeout, what=f"{targets} to apply tick {goal}")
         return goal

@@ -82,6 +82,8 @@ def test_postgres_root_branch_sqlite_leaf(
             positions = []
             for n in names:
                 with open_node_db(loc[n]) as db:
+                    if any(s != "ok" for s in db.tables().values()):
+                        return False  # a table still being copied is not in sync
                     positions.append(db.state().position)
             return min(positions) >= last.tick_id
 
