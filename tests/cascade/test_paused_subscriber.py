@@ -1,0 +1,126 @@
+"""As a user meets it, through the CLI and ``baton cascade run`` processes only (issue 10 A and
+C): the leaf's service starts before its branch's, so it must wait for the branch's copy of the
+table rather than copy an empty one; then the leaf's service (driver, JVM and Python workers)
+is frozen with SIGSTOP at random points of its cycle under a steady writer, and the branch must
+keep applying while it is frozen: no process holds a lock on another node's database."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from baton.cascade.nodedb import open_node_db
+from baton.testing.processes import Proc
+from baton.testing.waiting import wait_for
+from baton.testing.workload import create_accounts, run_workload
+from tests.test_cli import BATON
+
+
+def cli(*args: str) -> str:
+    res = subprocess.run(
+        [BATON, "cascade", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    return res.stdout
+
+
+def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
+    loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("s1", "s2", "s3")}
+    for n in loc:
+        create_accounts(tmp_path / f"{n}.db")
+    run_workload(tmp_path / "s1.db", 30, seed=1)  # rows before the table is added
+    via = ("--via", loc["s1"])
+    cli("create-root", "s1", loc["s1"], "--set", "S")
+    cli("create-branch", "s2", loc["s2"], "--provider", "s1", *via)
+    cli("create-leaf", "s3", loc["s3"], "--provider", "s2", *via)
+    cli("add-table", "accounts", "--all", *via)
+    store = f"sqlite://{tmp_path}/store.db"
+
+    def service(name: str) -> Proc:
+        argv = [BATON, "cascade", "run", loc[name], "--store", store, "--ttl", "2",
+                "--spark-dir", str(tmp_path / f"spark-{name}")]  # fmt: skip
+        return Proc(name, argv, tmp_path / f"{name}.log")
+
+    def position(name: str) -> int:
+        with open_node_db(loc[name], readonly=True) as db:
+            return db.state().position
+
+    def root_tick() -> int:
+        with open_node_db(loc["s1"], readonly=True) as db:
+            last = db.last_tick()
+            return last.tick_id if last else 0
+
+    def rows(name: str) -> list[tuple[object, ...]]:
+        conn = sqlite3.connect(tmp_path / f"{name}.db")
+        try:
+            return conn.execute("SELECT * FROM accounts ORDER BY id").fetchall()
+        finally:
+            conn.close()
+
+    def state(name: str) -> str:
+        """The table's state at ``name``, as ``baton cascade tables`` shows it."""
+        return str(json.loads(cli("tables", "--node", name, "--json", *via))["accounts"])
+
+    procs = {n: service(n) for n in ("s1", "s3")}
+    stop = threading.Event()
+    try:
+        s3_log = procs["s3"]
+        wait_for(
+            lambda: any("waiting for the provider" in x for x in s3_log.lines()),
+            timeout=120,
+            what="s3's service to wait for s2's copy",
+        )
+        assert state("s3") == "copying"
+        procs["s2"] = service("s2")
+        wait_for(
+            lambda: state("s3") == "ok" and rows("s3") == rows("s1"),
+            timeout=180,
+            what="s3 to copy the table whole from s2",
+        )
+
+        def writer() -> None:
+            seed = 10
+            while not stop.is_set():
+                run_workload(tmp_path / "s1.db", 5, seed=seed)
+                seed += 1
+                time.sleep(0.05)
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        rng = random.Random(7)
+        leaf = procs["s3"].popen.pid
+        for _ in range(5):
+            time.sleep(rng.uniform(0.0, 1.5))  # a random point of the leaf's cycle
+            os.killpg(leaf, signal.SIGSTOP)  # the driver, its JVM and its Python workers
+            try:
+                goal = root_tick() + 2
+                wait_for(
+                    lambda g=goal: position("s2") >= g,  # type: ignore[misc]
+                    timeout=30,
+                    what="the branch to apply while the leaf is frozen",
+                )
+            finally:
+                os.killpg(leaf, signal.SIGCONT)
+        stop.set()
+        thread.join(30)
+        goal = root_tick()
+        wait_for(
+            lambda: position("s3") >= goal and rows("s3") == rows("s1"),
+            timeout=120,
+            what="the leaf to catch up after its pauses",
+        )
+        assert rows("s2") == rows("s1")
+        assert "equal" in cli("check", "--node", "s3", *via)
+        for p in procs.values():
+            assert not any("Traceback" in x for x in p.lines()), p.out.read_text()[-3000:]
+    finally:
+        stop.set()
+        for p in procs.values():
+            p.stop()
