@@ -261,8 +261,11 @@ class SQLiteNodeDB(NodeDB):
 
     def events_after(self, tick_id: int) -> Iterator[Event]:
         where, args = self._after_clause(tick_id)
+        # A root's events carry no tick (its batches are id ranges): the tick whose batch
+        # holds one is the first with ev_high at or above its id (none yet: NULL).
         rows = self.conn.execute(
-            "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_tick "
+            "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, "
+            "coalesce(ev_tick, (SELECT min(tick_id) FROM baton_tick WHERE ev_high >= ev_id)) "
             f"FROM baton_event WHERE {where} ORDER BY ev_id",
             args,
         )

@@ -95,10 +95,19 @@ def test_loss_of_s1_s3_from_s2_then_failover(seed_set: LocalSet, tmp_path: Path)
     # The old root returns with changes that never reached the set: resurrect saves them to a
     # file and makes it a branch of the new root, equal to the set again.
     run_workload(s.path("s1"), 5, seed=6)  # written to the old root while it was "dead"
+    with open_node_db(s.location("s1")) as old, old.transaction() as cur:
+        lost_tick = old.make_tick(cur)  # ... and ticked there, as the dead root's ticker did
+    assert lost_tick is not None
+    run_workload(s.path("s1"), 2, seed=16)  # and some it never ticked
     saved = tmp_path / "lost.jsonl"
     n = manage.resurrect(c, "s1", saved)
-    assert n > 0 and len(saved.read_text().splitlines()) == n
-    assert all(json.loads(line)["table"] == "accounts" for line in saved.read_text().splitlines())
+    records = [json.loads(line) for line in saved.read_text().splitlines()]
+    assert n > 0 and len(records) == n
+    assert all(r["table"] == "accounts" for r in records)
+    # Each saved event names the old root's tick that held it (None: never ticked).
+    ticks = [r["tick"] for r in records]
+    assert lost_tick.tick_id in ticks and ticks[-1] is None
+    assert all(t == lost_tick.tick_id for t in ticks if t is not None)
     s.dead.discard("s1")
     assert s.state("s1").role is Role.BRANCH and s.state("s1").provider == new_root
     s.start_worker("s1")
