@@ -22,7 +22,7 @@ Measurements:
    plain Spark write of the same rows (a window reduction, JSON parsed by Spark, ``write.jdbc``
    append into an empty table) from the same source; each timed by Spark's own ``addBatch``
    duration. efficiency = plain time / sink time. The same apply as a ``foreachBatch``
-   function (:func:`baton.spark.apply.apply_to`) is timed too, for reference.
+   function (:func:`baton.spark.foreach.apply_to`) is timed too, for reference.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def _plain_write(df: DataFrame, jdbc_url: str, table: str) -> None:
 def apply_efficiency(spark: SparkSession, directory: Path, changes: int) -> dict[str, Any]:
     """One micro-batch of ``changes`` from a PostgreSQL root applied to a PostgreSQL leaf by
     the sink, then the same source written plainly by Spark; both timed."""
-    from baton.spark.apply import apply_to
+    from baton.spark.foreach import apply_to
 
     if not JDBC_JAR.exists():
         raise RuntimeError(f"{JDBC_JAR} is missing: apt-get install libpostgresql-jdbc-java")

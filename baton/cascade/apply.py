@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from baton.cascade.codec import decode
-from baton.cascade.model import DELETE, ROW_TYPES, TICK_ROW, WATERMARK, Event, Role, Tick
+from baton.cascade.model import DELETE, ROW_TYPES, WATERMARK, Event, Role, Tick
 from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB
 
 
@@ -139,9 +139,8 @@ def apply_batch(
         if st.role.carries_queue and st.role is not Role.ROOT:
             if events is None:
                 raise CascadeError("a branch needs the batch's events to copy them")
-            queue = [e for e in events if e.type != TICK_ROW]
-            db.copy_batch(cur, queue, ticks)
-            copied = len(queue)
+            db.copy_batch(cur, list(events), ticks)
+            copied = len(events)
         for e in events or ():
             if e.type == WATERMARK and e.data:
                 wm = int(json.loads(e.data)["tick"])

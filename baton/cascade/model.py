@@ -17,8 +17,6 @@ INSERT, UPDATE, DELETE = "I", "U", "D"
 ROW_TYPES = frozenset({INSERT, UPDATE, DELETE})
 #: The root's global watermark travels down as an event of this type (data: the tick id).
 WATERMARK = "baton.watermark"
-#: The Spark source marks every tick of a micro-batch with a row of this type.
-TICK_ROW = "baton.tick"
 
 
 class Role(enum.StrEnum):

@@ -74,16 +74,11 @@ async def run_node(
     if identity is None:
         return 0
     set_name, name, subscriber = identity
-    sessions: list[SparkSession] = []
 
     def spark() -> SparkSession:
-        # One session for the process, however often leadership comes and goes.
-        if not sessions:
-            from baton.spark.session import build_session
+        from baton.spark.session import shared_session
 
-            quiet = spark_work_dir is not None
-            sessions.append(build_session(work_dir=spark_work_dir, quiet=quiet))
-        return sessions[0]
+        return shared_session(work_dir=spark_work_dir, quiet=spark_work_dir is not None)
 
     if subscriber:
         # Start the JVM before campaigning: it takes seconds, a new leader should not.

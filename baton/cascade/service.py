@@ -65,9 +65,9 @@ class NodeService:
             if self._spark_factory is not None:
                 self._spark = self._spark_factory()
             else:
-                from baton.spark.session import build_session
+                from baton.spark.session import shared_session
 
-                self._spark = build_session()
+                self._spark = shared_session()
         return self._spark
 
     def step(self) -> None:

@@ -3,13 +3,15 @@
 ``master`` (``local[*]`` by default) or ``remote`` (Spark Connect) come from the node config's
 ``[spark]`` table; ``conf`` adds any Spark setting. ``quiet=True`` applies the settings that make
 a local session start fast and log little (tests and the demo): no UI, two shuffle partitions,
-loopback only, scratch directories inside ``work_dir``, and error-level logs.
+loopback only, scratch directories inside ``work_dir``, and error-level logs in
+``work_dir/spark.log`` (not on the terminal).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,14 +19,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: Quiet sessions log Spark's errors, with their whole traces, to ``spark.log`` in the work
+#: directory, not to the terminal: baton says in one line what happened and what it does next.
 LOG4J = """\
 rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
 logger.spark.name = org.apache.spark
 logger.spark.level = error
 """
@@ -54,7 +58,7 @@ def build_session(
         work = Path(work_dir or Path.cwd() / ".spark")
         work.mkdir(parents=True, exist_ok=True)
         log4j = work / "log4j2.properties"
-        log4j.write_text(LOG4J)
+        log4j.write_text(LOG4J.format(log=work / "spark.log"))
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         java = (
             f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} "
@@ -80,6 +84,30 @@ def build_session(
         session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+_SHARED: list[SparkSession] = []
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_session(
+    *,
+    master: str | None = None,
+    remote: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    work_dir: Path | None = None,
+    quiet: bool = False,
+) -> SparkSession:
+    """The process's one SparkSession (one JVM per process, however often leadership comes and
+    goes): built by the first call, with its settings, and returned by every later call."""
+    with _SHARED_LOCK:
+        if not _SHARED:
+            _SHARED.append(
+                build_session(
+                    master=master, remote=remote, conf=conf, work_dir=work_dir, quiet=quiet
+                )
+            )
+        return _SHARED[0]
 
 
 def register(session: SparkSession) -> None:

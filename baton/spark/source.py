@@ -2,9 +2,7 @@
 
 Each micro-batch is a whole number of queue batches: offsets are tick ids (``{"tick": N}``) and
 a micro-batch reads the events of the ticks after its start up to its end, in event-id order,
-plus one row per tick (type ``baton.tick``, data ``{"ev_high", "time", "snapshot", "events"}``,
-``events`` being the micro-batch's number of events) so that a sink knows every tick the
-micro-batch covers, even a tick with no events, and can check it holds every event.
+plus one row per tick (the wire format is :mod:`baton.spark.rows`).
 
 Options:
 
@@ -25,37 +23,13 @@ ev_table string, ev_key string, ev_data string`` (key and data are JSON objects 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from baton.cascade.model import TICK_ROW
-
-SCHEMA = (
-    "ev_id long, ev_tick long, ev_txid long, ev_time double, ev_type string, "
-    "ev_table string, ev_key string, ev_data string"
-)
-
-
-#: Rows per Arrow record batch handed to Spark.
-ARROW_ROWS = 20_000
-_TYPES = ("int64", "int64", "int64", "float64", "string", "string", "string", "string")
-_NAMES = ("ev_id", "ev_tick", "ev_txid", "ev_time", "ev_type", "ev_table", "ev_key", "ev_data")
-
-
-def _tick_data(t: Any, events: int) -> str:
-    return json.dumps(
-        {"ev_high": t.ev_high, "time": t.time, "snapshot": t.snapshot, "events": events}
-    )
-
-
-def _record_batch(pa: Any, rows: list[tuple[Any, ...]]) -> Any:
-    columns = list(zip(*rows, strict=True))
-    arrays = [pa.array(col, type=typ) for col, typ in zip(columns, _TYPES, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, names=list(_NAMES))
+from baton.spark.rows import ARROW_ROWS, SCHEMA, event_row, record_batch, tick_rows
 
 
 class TickRange(InputPartition):
@@ -139,8 +113,6 @@ class BatonStreamReader(DataSourceStreamReader):
         return [TickRange(int(start["tick"]), int(end["tick"]))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        import pyarrow as pa
-
         assert isinstance(partition, TickRange)
         if partition.end <= partition.start:
             return  # Spark may plan an empty first micro-batch
@@ -159,22 +131,18 @@ class BatonStreamReader(DataSourceStreamReader):
                     f"{self.provider} lacks ticks {partition.start + 1}..{partition.end} "
                     f"(has up to {have}): trimmed or not a provider"
                 )
-            # Arrow record batches, not tuples: several times cheaper to hand to the JVM.
             rows: list[tuple[Any, ...]] = []
             count = 0
             for e in db.batch_events(partition.start, partition.end):
-                rows.append((e.ev_id, e.tick, e.txid, e.time, e.type, e.table, e.key, e.data))
+                rows.append(event_row(e))
                 if len(rows) >= ARROW_ROWS:
                     count += len(rows)
-                    yield _record_batch(pa, rows)
+                    yield record_batch(rows)
                     rows = []
             count += len(rows)
             # The tick rows come last and carry the micro-batch's event count, so that a sink
             # can tell it holds the whole micro-batch.
-            rows += [
-                (0, t.tick_id, 0, t.time, TICK_ROW, None, None, _tick_data(t, count)) for t in ticks
-            ]
-            yield _record_batch(pa, rows)
+            yield record_batch(rows + tick_rows(ticks, count))
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the consumer's position lives in its own database."""
