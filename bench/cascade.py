@@ -3,7 +3,7 @@ branch -> leaf with its Spark workers, measured exactly as :mod:`bench.londiste`
 Londiste 3 + PgQ (run in the same process, on the same kind of PostgreSQL server, right after).
 
 Set-up: three node databases, on SQLite (files) or on one PostgreSQL 15 server (three
-databases); each node runs :class:`baton.cascade.service.NodeService` in a thread, as
+databases); each node runs :class:`baton.service.node.NodeService` in a thread, as
 ``baton cascade run`` does: the root's ticker with the default :class:`TickerConfig`, and one
 Spark Structured Streaming worker per subscriber, all in one local SparkSession (``local[*]``,
 JIT fully on: the quiet test settings that limit the JIT are for tests only).
@@ -42,7 +42,7 @@ from baton.cascade import ops
 from baton.cascade.manage import Cascade, set_paused
 from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.nodedb import open_node_db
-from baton.cascade.service import NodeService
+from baton.service.node import NodeService
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
 from bench.common import loadavg, temp_dir

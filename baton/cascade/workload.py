@@ -23,10 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
-from baton.cascade.service import NodeService
-from baton.errors import BatonError, ConfigError, redact_url
+from baton.errors import BatonError, CascadeInputError, ConfigError, redact_url
 from baton.logs import describe
 from baton.placement.workload import NotLeader, Workload, WorkloadContext
+from baton.service.node import NodeService
 from baton.store import sqlite_path
 
 log = logging.getLogger("baton.cascade")
@@ -74,7 +74,7 @@ class CascadeWorker(Workload):
         super().__init__(ctx)
         location = ctx.obj.spec.get("location")
         if not isinstance(location, str):
-            raise CascadeError(
+            raise CascadeInputError(
                 f"object {ctx.obj.name}: spec.location (the node database) is required"
             )
         self.location = location

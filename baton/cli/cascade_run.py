@@ -25,14 +25,15 @@ def run(location: str, store_url: str | None, ttl: float, spark_dir: Path | None
 
     One process per node holds the lease cascade/SET/NODE; its epoch fences every batch the
     worker applies, so a stale worker can never apply after its successor."""
-    from baton.cascade.nodedb import NodeUnavailable, open_node_db
-    from baton.cascade.run import run_node
+    from baton.cascade.nodedb import open_node_db
+    from baton.errors import NodeUnreachable
+    from baton.service.under_lease import run_node
 
     url = need_store(store_url)
     try:
         with open_node_db(location) as db:
             db.state()  # a location that is not a node is refused before anything starts
-    except NodeUnavailable:
+    except NodeUnreachable:
         pass  # locked or unreachable for now: the service says so and waits for it
     from baton import logs
 

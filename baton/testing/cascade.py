@@ -25,7 +25,7 @@ from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
-from baton.cascade.worker import Worker
+from baton.spark.worker import Worker
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 

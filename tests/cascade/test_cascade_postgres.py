@@ -18,7 +18,7 @@ from baton.cascade import manage, ops
 from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
-from baton.cascade.worker import Worker
+from baton.spark.worker import Worker
 from baton.testing.servers import PostgresServer
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload

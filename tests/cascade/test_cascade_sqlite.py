@@ -15,7 +15,7 @@ from baton.cascade import ops
 from baton.cascade.model import Role
 from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
-from baton.cascade.worker import Worker
+from baton.spark.worker import Worker
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
 
@@ -76,6 +76,10 @@ def test_root_branch_leaf(spark: SparkSession, cascade: dict[str, str], tmp_path
         def caught_up() -> bool:
             for w in workers:
                 w.check()
+            for n in ("s2", "s3"):  # every table copied whole, the leaf at the last tick
+                with open_node_db(cascade[n]) as db:
+                    if set(db.tables().values()) != {"ok"}:
+                        return False
             with open_node_db(cascade["s3"]) as leaf:
                 return leaf.state().position >= last.tick_id
 

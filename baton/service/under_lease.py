@@ -2,7 +2,7 @@
 fenced lease, so that exactly one process serves the node at a time.
 
 The process campaigns for the lease ``cascade/<set>/<node>`` in the coordination store. While it
-leads, it runs :class:`~baton.cascade.service.NodeService` with the lease's epoch as the worker
+leads, it runs :class:`~baton.service.node.NodeService` with the lease's epoch as the worker
 epoch: a node database refuses batches from any older epoch, so a paused or partitioned previous
 worker can never apply after its successor. When the lease is lost the service stops at once.
 SIGTERM or Ctrl-C stop it cleanly and release the lease.
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from baton.cascade.nodedb import FencedOut, NodeUnavailable, open_node_db
-from baton.cascade.service import BACKOFF, NodeService
 from baton.cascade.ticker import TickerConfig
 from baton.election import Election
 from baton.errors import LeaseLost
 from baton.logs import describe
+from baton.service.node import BACKOFF, NodeService
 from baton.store import open_store
 from baton.timings import Timings
 

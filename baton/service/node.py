@@ -26,7 +26,7 @@ from baton.cascade.model import Role
 from baton.cascade.nodedb import FencedOut, open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
-from baton.cascade.worker import Worker
+from baton.spark.worker import Worker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
