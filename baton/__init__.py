@@ -1,7 +1,18 @@
 """baton: fenced leadership, placement and cascaded replication.
 
-The public API is what this module exports (``__all__``); everything else is internal.
+The public API is what this module exports (``__all__``, pinned by ``tests/unit/test_api.py``
+and listed in ``docs/python-api.md``); everything else is internal.
+
+``import baton`` loads the core only: errors, the store, elections and timings. The extension
+points of higher layers (:class:`Workload` and :class:`WorkloadContext` of placement, and
+:func:`register_spark`, which adds ``format("baton")`` to a SparkSession) are imported on first
+use (PEP 562), so that importing any part of baton never loads placement or anything of Spark.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from baton.election import (
     Election,
@@ -30,6 +41,7 @@ from baton.store import (
     Change,
     ChangeKind,
     Delete,
+    Lapse,
     Lease,
     LeaseHeld,
     Put,
@@ -42,7 +54,33 @@ from baton.store import (
 from baton.sync import SyncElection
 from baton.timings import Timings
 
+if TYPE_CHECKING:
+    from baton.placement.workload import Workload, WorkloadContext
+    from baton.spark.session import register as register_spark
+
 __version__ = "0.1.0"
+
+#: Public name -> (module, attribute), imported when first asked for.
+_LAZY = {
+    "Workload": ("baton.placement.workload", "Workload"),
+    "WorkloadContext": ("baton.placement.workload", "WorkloadContext"),
+    "register_spark": ("baton.spark.session", "register"),
+}
+
+
+def __getattr__(name: str) -> object:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'baton' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # the next lookup is an ordinary one
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "BatonError",
@@ -53,6 +91,7 @@ __all__ = [
     "Election",
     "ElectionEvent",
     "FeedCompacted",
+    "Lapse",
     "LeadershipLost",
     "Lease",
     "LeaseError",
@@ -76,6 +115,9 @@ __all__ = [
     "Timings",
     "TxnResult",
     "VersionIs",
+    "Workload",
+    "WorkloadContext",
     "__version__",
     "open_store",
+    "register_spark",
 ]

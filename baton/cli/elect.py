@@ -1,32 +1,21 @@
 """``baton elect NAME -- COMMAND``: run COMMAND only while holding leadership of NAME.
 
-The supervisor (this module) campaigns and renews. When it leads, it starts the guard
-(``baton/guard.py``), which starts COMMAND and stops it at the renew deadline unless the
-supervisor pushes a newer one after each renewal. So COMMAND has stopped before the lease can
-expire at the store even if this process is paused (SIGSTOP) or killed (SIGKILL).
-
-Exit status: COMMAND's own when it exits by itself (the lease is then released); 75 when
-leadership was lost and COMMAND was stopped; 130/143 on SIGINT/SIGTERM; 2 for bad input; 1 when
-the store cannot be used.
+The work is done by :mod:`baton.elect.supervisor` (and its guard process); this module turns
+SIGINT and SIGTERM into a stop, prints what happens, and maps the outcome to an exit status:
+COMMAND's own when it exits by itself (the lease is then released); 75 when leadership was lost
+and COMMAND was stopped; 130/143 on SIGINT/SIGTERM; 2 for bad input; 1 when the store cannot be
+used.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import shutil
 import signal
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
-from baton.election import Election
-from baton.errors import ConfigError, LeaseLost, NotLeader
-from baton.store import open_store
+from baton.elect.supervisor import supervise
 from baton.timings import Timings
 
-GUARD = str(Path(__file__).resolve().parent.parent / "guard.py")
 EXIT_LOST = 75  # EX_TEMPFAIL: run it again to campaign again
 
 
@@ -34,186 +23,27 @@ def say(message: str) -> None:
     print(f"baton elect: {message}", file=sys.stderr, flush=True)
 
 
-@dataclass
-class GuardExit:
-    code: int
-    why: str
-
-
-class GuardProcess:
-    """The supervisor's handle on the guard: push deadlines, ask it to stop, learn the exit."""
-
-    def __init__(self) -> None:
-        self.proc: asyncio.subprocess.Process | None = None
-        self.control = -1
-        self.reports = asyncio.StreamReader()
-        self.pid: int | None = None
-        self._last: tuple[float, float] = (0.0, 0.0)
-        self._exit: asyncio.Future[GuardExit] | None = None
-
-    async def start(
-        self, argv: list[str], env: dict[str, str], term_at: float, kill_at: float
-    ) -> None:
-        control_r, control_w = os.pipe()
-        report_r, report_w = os.pipe()
-        try:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-I", GUARD, str(control_r), str(report_w), *argv,
-                pass_fds=(control_r, report_w),
-                env=env,
-            )  # fmt: skip
-        finally:
-            os.close(control_r)
-            os.close(report_w)
-        self.control = control_w
-        loop = asyncio.get_running_loop()
-        protocol = asyncio.StreamReaderProtocol(self.reports)
-        await loop.connect_read_pipe(lambda: protocol, os.fdopen(report_r, "rb"))
-        self._exit = asyncio.ensure_future(self._read_reports())
-        self.push(term_at, kill_at)
-
-    def _write(self, line: str) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self.control, line.encode())
-
-    def push(self, term_at: float, kill_at: float) -> None:
-        if (term_at, kill_at) != self._last:
-            self._last = (term_at, kill_at)
-            self._write(f"D {term_at:.6f} {kill_at:.6f}\n")
-
-    def stop(self) -> None:
-        self._write("STOP\n")
-
-    async def wait_exit(self) -> GuardExit:
-        """COMMAND's exit. Safe to await from several places, and cancellable by the caller
-        without losing the report."""
-        if self._exit is None:
-            return GuardExit(0, "not started")
-        return await asyncio.shield(self._exit)
-
-    async def _read_reports(self) -> GuardExit:
-        """Read reports until COMMAND's exit (EOF without a report counts as a failure)."""
-        while True:
-            line = (await self.reports.readline()).decode().strip()
-            if not line:
-                return GuardExit(1, "guard ended without a report")
-            kind, _, rest = line.partition(" ")
-            if kind == "STARTED":
-                self.pid = int(rest)
-            elif kind == "EXIT":
-                code, _, why = rest.partition(" ")
-                return GuardExit(int(code), why)
-
-    async def close(self) -> None:
-        if self.control >= 0:
-            os.close(self.control)
-            self.control = -1
-        if self.proc is not None:
-            await self.proc.wait()
-
-
-def check_command(argv: list[str]) -> None:
-    if not argv:
-        raise ConfigError("no COMMAND given: use baton elect NAME --store URL -- COMMAND [ARGS]")
-    if shutil.which(argv[0]) is None:
-        raise ConfigError(f"command {argv[0]!r} not found on PATH: give a path or install it")
-
-
 async def run(name: str, store_url: str, timings: Timings, holder: str, argv: list[str]) -> int:
     """Campaign for ``name`` and run ``argv`` while leader. Returns the exit status."""
-    check_command(argv)
-    store = open_store(store_url)
-    await store.connect()
-    election = Election(store, name, holder, timings)
     stop = asyncio.Event()
     stop_signal: list[int] = []
     loop = asyncio.get_running_loop()
 
     def on_signal(sig: int) -> None:
+        if not stop_signal:
+            say(f"{signal.Signals(sig).name} received: stopping")
         stop_signal.append(sig)
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
     try:
-        await election.start()
-        say(f"campaigning for {name!r} as {holder!r} on {store.url}")
-        return await _supervise(election, timings, argv, stop, stop_signal)
+        outcome = await supervise(store_url, name, holder, timings, argv, stop=stop, say=say)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await election.stop()
-        await store.close()
-
-
-async def _first(*aws: asyncio.Future[object] | asyncio.Task[object]) -> None:
-    done, pending = await asyncio.wait(aws, return_when=asyncio.FIRST_COMPLETED)
-    for p in pending:
-        p.cancel()
-    for d in done:
-        if not d.cancelled() and d.exception() is not None:
-            raise d.exception()  # type: ignore[misc]
-
-
-async def _supervise(
-    election: Election,
-    timings: Timings,
-    argv: list[str],
-    stop: asyncio.Event,
-    stop_signal: list[int],
-) -> int:
-    lead = asyncio.ensure_future(election.wait_leadership())
-    await _first(lead, asyncio.ensure_future(stop.wait()))
-    if stop.is_set():
-        return 128 + stop_signal[0]
-    half_margin = timings.stop_margin / 2
-
-    def deadlines() -> tuple[float, float]:
-        term_at = election.valid_until
-        return term_at, term_at + half_margin
-
-    guard = GuardProcess()
-    try:
-        async with election.leadership() as term:
-            env = dict(os.environ)
-            env.update(BATON_EPOCH=str(term.epoch), BATON_LEASE=term.name, BATON_HOLDER=term.holder)
-            say(f"leader of {term.name!r} at epoch {term.epoch}: starting {argv[0]!r}")
-            await guard.start(argv, env, *deadlines())
-            exited = asyncio.ensure_future(guard.wait_exit())
-            stopping = asyncio.ensure_future(stop.wait())
-            while not exited.done() and not stopping.done():
-                guard.push(*deadlines())
-                await asyncio.wait(
-                    [exited, stopping], timeout=timings.renew_interval / 4,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )  # fmt: skip
-            if exited.done():
-                result = exited.result()
-                if result.why != "exited":
-                    # The guard stopped it (this process was paused past the renew deadline):
-                    # leadership is over whatever the election has noticed so far.
-                    say(
-                        f"lost leadership of {election.name!r}: {argv[0]!r} was stopped "
-                        f"({result.why}, status {result.code})"
-                    )
-                    return EXIT_LOST
-                say(f"{argv[0]!r} exited with status {result.code}; resigning")
-                with contextlib.suppress(NotLeader):
-                    await election.resign()
-                return result.code
-            guard.stop()
-            result = await exited
-            say(f"stopped {argv[0]!r} on signal; resigning")
-            with contextlib.suppress(NotLeader):
-                await election.resign()
-            return 128 + stop_signal[0]
-    except LeaseLost as exc:
-        guard.stop()
-        result = await guard.wait_exit()
-        say(
-            f"lost leadership of {election.name!r} ({exc.reason.value}); {argv[0]!r} stopped "
-            f"({result.why}, status {result.code})"
-        )
+    if outcome.how == "exited":
+        return outcome.status
+    if outcome.how == "lost":
         return EXIT_LOST
-    finally:
-        await guard.close()
+    return 128 + (stop_signal[0] if stop_signal else signal.SIGTERM)
