@@ -18,7 +18,8 @@ from baton.cli.common import need_store, run_async, store_option
 @click.option(
     "--spark-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Run Spark quietly with its scratch files here (tests, demos).",
+    help="Spark's scratch files and its log (spark.log, with any Java trace) go here "
+    "[default: a new temporary directory].",
 )
 def run(location: str, store_url: str | None, ttl: float, spark_dir: Path | None) -> None:
     """Serve the cascade node at LOCATION until SIGTERM or Ctrl-C.

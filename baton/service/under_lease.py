@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -75,10 +76,13 @@ async def run_node(
         return 0
     set_name, name, subscriber = identity
 
+    work_dir = spark_work_dir or Path(tempfile.mkdtemp(prefix="baton-spark-"))
+
     def spark() -> SparkSession:
         from baton.spark.session import shared_session
 
-        return shared_session(work_dir=spark_work_dir, quiet=spark_work_dir is not None)
+        log.info("spark starts", extra={"log": str(work_dir / "spark.log")})
+        return shared_session(work_dir=work_dir, quiet=True)
 
     if subscriber:
         # Start the JVM before campaigning: it takes seconds, a new leader should not.

@@ -9,10 +9,11 @@ loopback only, scratch directories inside ``work_dir``, and error-level logs in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,11 +80,32 @@ def build_session(
         }
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    if quiet and not remote:
+        with _stderr_to(Path(settings["spark.local.dir"]).parent / "spark.log"):
+            session = builder.getOrCreate()
+    else:
+        session = builder.getOrCreate()
     if quiet:
         session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Start the JVM with its standard error (which its Python workers inherit) in ``path``:
+    a Python worker that loses its JVM socket when a query is stopped prints its traceback
+    there, not on the user's terminal. This process's own standard error is restored at once."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 _SHARED: list[SparkSession] = []

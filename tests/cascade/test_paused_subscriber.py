@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from baton.cascade.nodedb import open_node_db
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for
@@ -31,6 +33,7 @@ def cli(*args: str) -> str:
     return res.stdout
 
 
+@pytest.mark.timeout(480)  # three Spark JVMs start one after another on two cores
 def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
     loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("s1", "s2", "s3")}
     for n in loc:
@@ -43,10 +46,11 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
     cli("add-table", "accounts", "--all", *via)
     store = f"sqlite://{tmp_path}/store.db"
 
-    def service(name: str) -> Proc:
+    def service(name: str, label: str | None = None) -> Proc:
+        label = label or name
         argv = [BATON, "cascade", "run", loc[name], "--store", store, "--ttl", "2",
-                "--spark-dir", str(tmp_path / f"spark-{name}")]  # fmt: skip
-        return Proc(name, argv, tmp_path / f"{name}.log")
+                "--spark-dir", str(tmp_path / f"spark-{label}")]  # fmt: skip
+        return Proc(label, argv, tmp_path / f"{label}.log")
 
     def position(name: str) -> int:
         with open_node_db(loc[name], readonly=True) as db:
@@ -118,8 +122,46 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
         )
         assert rows("s2") == rows("s1")
         assert "equal" in cli("check", "--node", "s3", *via)
+
+        # Re-pointed: the leaf's worker restarts on its new provider with one line, no trace.
+        cli("change-provider", "s3", "--provider", "s1", *via)
+        run_workload(tmp_path / "s1.db", 5, seed=50)
+        goal = root_tick()
+        wait_for(lambda: position("s3") >= goal, timeout=60, what="s3 to follow s1")
+        wait_for(
+            lambda: any("worker restarts" in x and "provider=s1" in x for x in s3_log.lines()),
+            timeout=10,
+            what="s3's line about its new provider",
+        )
+        # Fenced: a standby for s2 takes over while s2's service is frozen past its lease; the
+        # old one, thawed, finds a newer epoch applied and stops with one line, no trace.
+        standby = procs["s2b"] = service("s2", "s2b")
+        os.killpg(procs["s2"].popen.pid, signal.SIGSTOP)
+        try:
+            wait_for(
+                lambda: any("serving cascade node" in x for x in standby.lines()),
+                timeout=60,
+                what="the standby to take s2 over",
+            )
+            run_workload(tmp_path / "s1.db", 5, seed=51)
+            goal = root_tick()
+            wait_for(lambda: position("s2") >= goal, timeout=120, what="the standby to apply")
+        finally:
+            os.killpg(procs["s2"].popen.pid, signal.SIGCONT)
+        old = procs["s2"]
+        wait_for(
+            lambda: any(
+                "cascade node service fenced" in x or "cascade node service stopped" in x
+                for x in old.lines()
+            ),
+            timeout=60,
+            what="the old s2 service to stop",
+        )
+        assert rows("s2") == rows("s1")
         for p in procs.values():
-            assert not any("Traceback" in x for x in p.lines()), p.out.read_text()[-3000:]
+            text = p.out.read_text()
+            for bad in ("Traceback", "PythonException", "at org.apache", "ERROR"):
+                assert bad not in text, (p.name, bad, text[-3000:])
     finally:
         stop.set()
         for p in procs.values():
