@@ -1,22 +1,46 @@
 """baton's exception tree.
 
-Every error a user can meet derives from :class:`BatonError`. Driver exceptions (redis-py,
-psycopg, sqlite3) are translated once, at the backend boundary, with ``raise ... from exc``,
-so callers never import a driver to catch its errors.
+Every error baton raises derives from :class:`BatonError`, and every class is defined here:
+other modules raise them, some re-export them under their old import paths. Driver exceptions
+(redis-py, psycopg, sqlite3) are translated once, at the backend boundary, with
+``raise ... from exc``, so callers never import a driver to catch its errors. Kinds of failure
+are classes: code that must tell "unreachable" from "refused" from "stale" catches a class and
+never reads a message.
 
 ::
 
     BatonError
-    ├── ConfigError            bad input: a URL, a timing, an argument (changes nothing)
-    │   └── SpecError          an object's spec does not suit its workload type
-    ├── StoreError             the coordination store failed us
-    │   ├── StoreUnavailable   cannot connect, connection lost, server gone
-    │   ├── StoreTimeout       the store did not answer within the request timeout
-    │   └── FeedCompacted      a change-feed position is no longer available: re-list
-    └── LeaseError             leadership problems
-        ├── LeaseLost          a lease we held is gone (``reason`` says why)
-        ├── NotLeader          a leader-only call made by a non-leader
-        └── StaleEpoch         a side effect carried an epoch lower than one already seen
+    ├── ConfigError                bad input: a URL, a timing, an argument (changes nothing)
+    │   ├── SpecError              an object's spec does not suit its workload type
+    │   └── CascadeInputError      bad input to a cascade operation (also a CascadeError)
+    │       └── NotANode           a database that is not a cascade node
+    ├── StoreError                 the coordination store failed us
+    │   ├── StoreUnavailable       cannot connect, connection lost, server gone
+    │   ├── StoreTimeout           the store did not answer within the request timeout
+    │   └── FeedCompacted          a change-feed position is no longer available: re-list
+    ├── LeaseError                 leadership problems
+    │   ├── LeaseLost              a lease we held is gone (``reason`` says why)
+    │   ├── NotLeader              a leader-only call made by a non-leader (election or group)
+    │   └── StaleEpoch             a side effect carried an epoch lower than one already seen
+    │       ├── FencedOut          a cascade worker's epoch is below one applied to its node
+    │       └── Deposed            the placement controller's lease is no longer held
+    ├── CascadeError               a cascade operation could not be done (changes nothing)
+    │   ├── CascadeInputError      (above: bad input, a ConfigError)
+    │   ├── Refused                the set's state refuses the operation
+    │   ├── NotFinished            a switchover did not finish within its timeout: run it again
+    │   ├── NodeDatabaseError      a node database failed a statement (the driver's error is
+    │   │   │                      its ``__cause__``)
+    │   │   └── NodeUnreachable    a node database cannot be used now: down, locked past the
+    │   │                          busy timeout, I/O error, disk full (try again later)
+    │   └── FencedOut              (above: a StaleEpoch)
+    ├── PeerError                  another node's API could not be reached or answered an error
+    ├── ServerError                a test server (baton.testing) could not be started
+    └── WaitTimeout                a condition (baton.testing) did not hold before its deadline;
+                                   also an AssertionError, so test runners report a failed check
+
+``except ConfigError`` catches bad input only: never an unreachable database or store. The CLI
+and the node's API map the cascade kinds to exit and status codes by class alone (see
+:func:`baton.cascade.commands.classify`).
 
 Messages say what was wrong, with the value, and what to do next. They never contain secrets:
 store URLs are shown with their password removed (see :func:`redact_url`).
@@ -87,12 +111,88 @@ class LeaseLost(LeaseError):
 
 
 class NotLeader(LeaseError):
-    """A leader-only operation was asked of a node that does not hold the lease."""
+    """A leader-only operation was asked of a node that does not hold the lease: an election's
+    (``resign``, ``elect``), or a placement group's (a follower's fetch reached a member that
+    does not lead the group at the asked term)."""
 
 
 class StaleEpoch(LeaseError):
     """A side effect carried an epoch lower than the highest one already seen, or the lease it
     was conditioned on is no longer held at that epoch. It was refused and changed nothing."""
+
+
+class Deposed(StaleEpoch):
+    """A fenced write failed on the placement controller's lease, or a node refused the
+    controller's epoch: this node no longer controls."""
+
+
+# -- cascade -------------------------------------------------------------------------------------
+
+
+class CascadeError(BatonError):
+    """A cascade operation could not be done; nothing was changed. The subclasses say why: bad
+    input (:class:`CascadeInputError`), the set's state (:class:`Refused`), a node database
+    that failed or cannot be reached (:class:`NodeDatabaseError`, :class:`NodeUnreachable`), a
+    newer worker (:class:`FencedOut`). A plain CascadeError is a state that does not allow it
+    (a batch that does not follow the node's position, a worker that keeps failing)."""
+
+
+class CascadeInputError(CascadeError, ConfigError):
+    """Bad input to a cascade operation: an unknown node, a bad name or location, a table that
+    does not exist or has no primary key, bad event data. Nothing was changed."""
+
+
+class NotANode(CascadeInputError):
+    """A database that is not a cascade node (its ``baton_*`` tables are missing, or it has
+    no node name): create the node first, or give another location."""
+
+
+class Refused(CascadeError):
+    """The input is well formed, but the set's current state refuses the operation (a cycle, a
+    dead or leaf provider, a location that is another node, no live root, ...). Nothing was
+    changed."""
+
+
+class NotFinished(CascadeError):
+    """A switchover did not finish within its timeout: run it again to finish it."""
+
+
+class NodeDatabaseError(CascadeError):
+    """A node database failed a statement for a reason other than the input (a constraint, a
+    table changed under the operation, a driver error); the driver's exception is the
+    ``__cause__``. The operation's transaction was rolled back."""
+
+
+class NodeUnreachable(NodeDatabaseError):
+    """A node database cannot be used right now: the server is down or unreachable, or the
+    database is locked by another writer past the busy timeout, or failed on I/O or a full
+    disk. Nothing was changed; trying again later may succeed."""
+
+
+class FencedOut(StaleEpoch, CascadeError):
+    """A cascade worker's epoch is lower than one that already applied to its node: a newer
+    worker took over, and this one must stop. Nothing was applied."""
+
+
+# -- other nodes and the test kit ------------------------------------------------------------------
+
+
+class PeerError(BatonError):
+    """Another node's API could not be reached or answered with an error (``status``: its
+    HTTP status, None when it was not reached)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerError(BatonError):
+    """A test server (:mod:`baton.testing.servers`) could not be started."""
+
+
+class WaitTimeout(BatonError, AssertionError):
+    """A condition (:func:`baton.testing.waiting.wait_for`) did not hold before its deadline.
+    Also an AssertionError: a test runner reports it as a failed check, not as a crash."""
 
 
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@]*):(?P<pw>[^@/]*)@")

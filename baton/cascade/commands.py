@@ -1,13 +1,15 @@
 """The cascade operations as the ``baton cascade`` CLI and the node's HTTP API run them: one
 function per command, with every check of the input, returning plain data.
 
-Each function checks its input before it writes anything and raises :class:`CascadeError` with
-one line when the input is bad (an unknown node, a bad location, a table without a primary key,
-...). When the input is well formed but the set's state refuses the operation (a cycle, a dead
-provider, a node that is already another one, a table still replicated below the root), it
-raises :class:`Refused`; a switchover that did not finish within its timeout raises
-:class:`NotFinished`. :func:`classify` sorts any error into these kinds, with its message on one
-line and passwords removed, for the CLI's exit codes and the API's status codes.
+Each function checks its input before it writes anything and raises
+:class:`~baton.errors.CascadeInputError` (a ConfigError) with one line when the input is bad (an
+unknown node, a bad location, a table without a primary key, ...). When the input is well formed
+but the set's state refuses the operation (a cycle, a dead provider, a node that is already
+another one, a table still replicated below the root), it raises :class:`Refused`; a switchover
+that did not finish within its timeout raises :class:`NotFinished`; a node database that cannot
+be reached or fails raises :class:`~baton.errors.NodeDatabaseError` (its backend translated the
+driver's error). :func:`classify` sorts any error into these kinds by its class alone, with its
+message on one line and passwords removed, for the CLI's exit codes and the API's status codes.
 
 Every operation is resumable: running it again after an interruption finishes the job, and
 running it again after it finished changes nothing (the results say ``already``/``changed``).
@@ -21,7 +23,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,8 +30,17 @@ from typing import Any, Literal
 
 from baton.cascade import manage, ops
 from baton.cascade.model import ROW_TYPES, NodeState, Role
-from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB, NodeUnavailable, open_node_db
-from baton.errors import ConfigError, redact_url
+from baton.cascade.nodedb import NodeDB, open_node_db
+from baton.errors import (
+    CascadeError,
+    CascadeInputError,
+    ConfigError,
+    NodeDatabaseError,
+    NotFinished,
+    Refused,
+    StaleEpoch,
+    redact_url,
+)
 from baton.store import sqlite_path, sqlite_url
 
 #: How often a switchover checks whether the new root has applied the switch tick.
@@ -42,42 +52,9 @@ NAME_PATTERN = ops._NAME.pattern
 
 # -- errors ------------------------------------------------------------------------------------
 
-
-class Refused(CascadeError):
-    """The input is well formed, but the set's current state refuses the operation (a cycle, a
-    dead or leaf provider, a location that is another node, no live root, ...). Nothing was
-    changed."""
-
-
-class NotFinished(CascadeError):
-    """A switchover did not finish within its timeout: run it again to finish it."""
-
-
 #: input: bad input (changes nothing); refused: the state refuses it (changes nothing);
 #: unreachable: a node database cannot be reached or fails; unfinished: run it again.
 Kind = Literal["input", "refused", "unreachable", "unfinished"]
-
-
-def _is_driver_error(exc: BaseException) -> bool:
-    """An error of the operating system or a database driver (psycopg is matched by module so
-    that SQLite-only commands never import it)."""
-    if isinstance(exc, OSError | sqlite3.Error):
-        return True
-    return any(k.__module__.split(".")[0] == "psycopg" for k in type(exc).__mro__)
-
-
-def _unreachable(exc: CascadeError) -> bool:
-    """Whether a CascadeError wraps a failure to reach a database rather than bad input. The
-    node database raises ``from None``, which hides the driver error from tracebacks but keeps
-    it as ``__context__``. Only connection-class errors count: a SQLite 'no such table' (a file
-    that is not a node) is bad input."""
-    ctx = exc.__context__
-    if isinstance(ctx, OSError):
-        return True
-    return ctx is not None and any(
-        k.__name__ == "OperationalError" and k.__module__.split(".")[0] == "psycopg"
-        for k in type(ctx).__mro__
-    )
 
 
 def one_line(message: str) -> str:
@@ -88,36 +65,35 @@ def one_line(message: str) -> str:
 
 def classify(exc: BaseException) -> tuple[Kind, str] | None:
     """The kind of an error raised by an operation and its one-line message without secrets;
-    None for anything else (a bug)."""
+    None for anything else (a bug). By class alone: the node databases translated their
+    drivers' errors where they were raised."""
+    kind: Kind
     if isinstance(exc, NotFinished):
-        return "unfinished", one_line(str(exc))
-    if isinstance(exc, CascadeError):
-        if isinstance(exc, NodeUnavailable) or _unreachable(exc):
-            return "unreachable", one_line(str(exc))
-        if isinstance(exc, Refused | FencedOut):
-            return "refused", one_line(str(exc))
-        return "input", one_line(str(exc))
-    if isinstance(exc, ConfigError):
-        return "input", one_line(str(exc))
-    if not _is_driver_error(exc):
-        return None
-    if isinstance(exc, OSError) and exc.strerror:
+        kind = "unfinished"
+    elif isinstance(exc, NodeDatabaseError):
+        kind = "unreachable"
+    elif isinstance(exc, ConfigError):  # a CascadeInputError among others
+        kind = "input"
+    elif isinstance(exc, CascadeError):  # Refused, FencedOut, or a state that does not allow it
+        kind = "refused"
+    elif isinstance(exc, OSError):  # a file of this host (a save file): not a driver's error
         where = f"{exc.filename}: " if exc.filename else ""
-        return "unreachable", one_line(f"{where}{exc.strerror}")
-    # Driver messages may quote a URL: one_line never shows its password.
-    return "unreachable", one_line(f"node database error: {type(exc).__name__}: {exc}")
+        return "unreachable", one_line(f"{where}{exc.strerror or exc}")
+    else:
+        return None
+    return kind, one_line(str(exc))
 
 
 @contextlib.contextmanager
 def _refusals() -> Iterator[None]:
     """Inside: the input has been checked, so a CascadeError is the set's state refusing the
-    operation (unless a database could not be reached)."""
+    operation (unless a database failed or could not be reached, or a newer epoch applied)."""
     try:
         yield
     except CascadeError as exc:
-        if isinstance(exc, Refused | NodeUnavailable) or _unreachable(exc):
+        if isinstance(exc, Refused | NodeDatabaseError | NotFinished | StaleEpoch):
             raise
-        raise Refused(str(exc)) from None
+        raise Refused(str(exc)) from exc
 
 
 # -- locations and the set -----------------------------------------------------------------------
@@ -133,7 +109,7 @@ def normalise(location: str) -> str:
     try:  # every spelling the store accepts, with the same meaning (baton.store.sqlite_path)
         return sqlite_url(sqlite_path(location))
     except ConfigError as exc:
-        raise CascadeError(str(exc)) from None
+        raise CascadeInputError(str(exc)) from None
 
 
 def existing(location: str) -> str:
@@ -143,7 +119,7 @@ def existing(location: str) -> str:
     if location.startswith("sqlite://"):
         path = Path(location.removeprefix("sqlite://"))
         if path.parent.is_dir() and not path.exists():
-            raise CascadeError(f"{location}: no such node database (the file does not exist)")
+            raise CascadeInputError(f"{location}: no such node database (the file does not exist)")
     return location
 
 
@@ -167,7 +143,7 @@ def _installed(location: str) -> NodeState | None:
         path = Path(location.removeprefix("sqlite://"))
         if not path.exists():
             if path.name and not path.parent.is_dir():
-                raise CascadeError(f"{location}: directory {path.parent} does not exist")
+                raise CascadeInputError(f"{location}: directory {path.parent} does not exist")
             return None
     with open_node_db(location) as db:
         return db.state() if db.is_installed() else None
@@ -232,7 +208,7 @@ def create_subscriber(role: Role, name: str, location: str, provider: str, via: 
     """Add the branch or leaf ``name`` at ``location``, receiving from ``provider``."""
     ops.check_name(name)
     if role is Role.ROOT:
-        raise CascadeError("use create-root for a root")
+        raise CascadeInputError("use create-root for a root")
     c = open_set(via)
     _known(c, provider)
     location = normalise(location)
@@ -270,16 +246,14 @@ def _check_table_everywhere(c: manage.Cascade, states: dict[str, NodeState], tab
         with c.db(name) as db:
             try:
                 cols, pk = db.columns(table)
-            except CascadeError as exc:
-                if _unreachable(exc):
-                    raise
-                raise CascadeError(f"{name}: {exc}") from None
+            except CascadeInputError as exc:
+                raise CascadeInputError(f"{name}: {exc}") from None
         if not pk:
-            raise CascadeError(f"table {table!r} has no primary key on {name}: add one first")
+            raise CascadeInputError(f"table {table!r} has no primary key on {name}: add one first")
         if shape is None:
             shape = (cols, pk)
         elif (sorted(cols), pk) != (sorted(shape[0]), shape[1]):
-            raise CascadeError(
+            raise CascadeInputError(
                 f"{table}: columns {cols} (key {pk}) on {name} differ from {shape[0]} "
                 f"(key {shape[1]}) on the root"
             )
@@ -308,7 +282,7 @@ def add_table(
     its provider). The root captures it; elsewhere it is registered as ``copying`` and the
     node's worker copies it from the provider with Spark, then catches up."""
     if (node is None) == (not everywhere):
-        raise CascadeError("give either a node or all")
+        raise CascadeInputError("give either a node or all")
     c = open_set(via)
     if node is not None:
         names = [node]
@@ -316,7 +290,7 @@ def add_table(
             db.state()
             _, pk = db.columns(table)
         if not pk:
-            raise CascadeError(f"table {table!r} has no primary key on {node}: add one first")
+            raise CascadeInputError(f"table {table!r} has no primary key on {node}: add one first")
     else:
         states = _states(c)
         _check_table_everywhere(c, states, table)
@@ -364,7 +338,7 @@ def remove_table(via: str, table: str, node: str) -> TableRemoved:
         with db.transaction() as cur:
             if root:
                 # A table dropped since took its capture triggers with it.
-                with contextlib.suppress(CascadeError):
+                with contextlib.suppress(CascadeInputError):
                     db.capture(cur, table, False)
             db.set_table(cur, table, None)
     return TableRemoved(node, table, True, root)
@@ -403,9 +377,9 @@ def parse_event_data(text: str) -> dict[str, Any]:
     try:
         payload = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CascadeError(f"data is not JSON: {exc}") from None
+        raise CascadeInputError(f"data is not JSON: {exc}") from None
     if not isinstance(payload, dict):
-        raise CascadeError(f"data must be a JSON object, not {type(payload).__name__}")
+        raise CascadeInputError(f"data must be a JSON object, not {type(payload).__name__}")
     return payload
 
 
@@ -421,7 +395,7 @@ def emit(via: str, type_: str, data: dict[str, Any]) -> Emitted:
     if not type_ or type_ in ROW_TYPES or type_.startswith("baton."):
         # Row types would be applied as row changes without a table, and baton.* types are
         # the set's own (watermark, ticks).
-        raise CascadeError(
+        raise CascadeInputError(
             f"bad event type {type_!r}: I, U, D and baton.* are reserved, use your own name"
         )
     c = open_set(via)
@@ -450,7 +424,7 @@ def change_provider(via: str, node: str, provider: str) -> ProviderChanged:
     c = open_set(via)
     _known(c, node, provider)
     if provider == node:
-        raise CascadeError(f"{node} cannot be its own provider")
+        raise CascadeInputError(f"{node} cannot be its own provider")
     with c.db(node) as db:
         previous = db.state().provider
     with _refusals():
@@ -501,16 +475,13 @@ def set_paused(via: str, node: str, paused: bool) -> Paused:
 # -- switchover, failover, resurrect ------------------------------------------------------------
 
 
-class _WaitTimeout(Exception):
-    """The switchover's condition did not hold within the timeout."""
-
-
 def _poll(condition: Callable[[], bool], timeout: float) -> None:
-    """Wait for ``condition``, checking it every :data:`POLL` seconds, until ``timeout``."""
+    """Wait for ``condition``, checking it every :data:`POLL` seconds; :class:`NotFinished`
+    after ``timeout`` (the switchover says which tick it waits for)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:
-            raise _WaitTimeout
+            raise NotFinished(f"the condition did not hold within {timeout:g}s")
         time.sleep(POLL)
 
 
@@ -529,14 +500,14 @@ def switchover(via: str, new_root: str, timeout: float = 60.0) -> Switched:
     lost). Waits up to ``timeout`` seconds for ``new_root``'s worker to apply the switch tick;
     raises :class:`NotFinished` if it did not (the old root no longer captures: run it again)."""
     if not timeout > 0:
-        raise CascadeError(f"bad timeout {timeout!r}: give a number of seconds above 0")
+        raise CascadeInputError(f"bad timeout {timeout!r}: give a number of seconds above 0")
     c = open_set(via)
     _known(c, new_root)  # unknown names first, with the known ones
     old = manage.live_root(c)
     try:
         with _refusals():
             tick = manage.switchover(c, new_root, _poll, timeout)
-    except _WaitTimeout:
+    except NotFinished:
         with c.db(old or new_root) as db:
             switch = db.get_local("switch_tick") or "?"
         raise NotFinished(
@@ -613,9 +584,9 @@ def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
     c = open_set(via)
     _known(c, old_root)
     if not save.parent.is_dir():
-        raise CascadeError(f"{save}: directory {save.parent} does not exist")
+        raise CascadeInputError(f"{save}: directory {save.parent} does not exist")
     if save.is_dir():
-        raise CascadeError(f"{save} is a directory: give a file name")
+        raise CascadeInputError(f"{save} is a directory: give a file name")
     with _refusals():
         saved = manage.resurrect(c, old_root, save)
     with c.db(old_root) as db:
@@ -715,7 +686,7 @@ def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
             raise Refused(f"{node} is the root: it has no provider to compare with")
         mine = db.tables()
         if table is not None and table not in mine:
-            raise CascadeError(f"{node} does not replicate {table!r} (see 'tables')")
+            raise CascadeInputError(f"{node} does not replicate {table!r} (see 'tables')")
         names = [table] if table is not None else sorted(mine)
         provider = st.provider
         with c.db(provider) as pdb:

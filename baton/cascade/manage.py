@@ -20,8 +20,9 @@ from pathlib import Path
 
 from baton.cascade.codec import decode
 from baton.cascade.model import WATERMARK, Role
-from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
+from baton.cascade.nodedb import NodeDB, open_node_db
 from baton.cascade.ticker import TickerConfig
+from baton.errors import CascadeError, CascadeInputError, Refused
 
 
 class Cascade:
@@ -35,7 +36,7 @@ class Cascade:
 
     def location(self, name: str) -> str:
         if name not in self.nodes:
-            raise CascadeError(f"unknown node {name!r}: the set has {sorted(self.nodes)}")
+            raise CascadeInputError(f"unknown node {name!r}: the set has {sorted(self.nodes)}")
         return self.nodes[name][0]
 
     @contextmanager
@@ -94,21 +95,21 @@ def candidates(c: Cascade, node: str) -> list[str]:
 
 def _check_provider(c: Cascade, node: str, provider: str, position: int) -> None:
     if provider == node:
-        raise CascadeError(f"{node} cannot be its own provider")
+        raise CascadeInputError(f"{node} cannot be its own provider")
     c.location(provider)  # an unknown name is refused here, with the known ones
     if c.dead(provider):
-        raise CascadeError(f"{provider} is tagged dead: pick another provider (see candidates)")
+        raise Refused(f"{provider} is tagged dead: pick another provider (see candidates)")
     with c.db(provider) as db:
         st = db.state()
         if not st.role.carries_queue:
-            raise CascadeError(f"{provider} is a leaf: it has no queue to provide")
+            raise Refused(f"{provider} is a leaf: it has no queue to provide")
         if node in c.providers_chain(provider):
-            raise CascadeError(f"{provider} receives from {node}: that would make a cycle")
+            raise Refused(f"{provider} receives from {node}: that would make a cycle")
         if position and db.get_tick(position) is None:
             last = db.last_tick()
             have = last.tick_id if last else 0
             why = "is behind" if have < position else "no longer has it"
-            raise CascadeError(
+            raise Refused(
                 f"{provider} cannot provide {node}: {node} is at tick {position} and {provider} "
                 f"{why} (last tick {have}); see 'candidates'"
             )
@@ -119,7 +120,7 @@ def change_provider(c: Cascade, node: str, provider: str) -> None:
     with c.db(node) as db:
         st = db.state()
         if st.role is Role.ROOT:
-            raise CascadeError(f"{node} is the root: it has no provider (use switchover)")
+            raise Refused(f"{node} is the root: it has no provider (use switchover)")
         old = st.provider
         if old == provider:
             return
@@ -335,7 +336,7 @@ def switchover(
     with c.db(new_root) as ndb:
         nst = ndb.state()
         if nst.role is not Role.BRANCH:
-            raise CascadeError(f"{new_root} is a {nst.role}: only a branch can become the root")
+            raise Refused(f"{new_root} is a {nst.role}: only a branch can become the root")
     with c.db(root) as rdb:
         last_t = rdb.get_local("switch_tick")
         if last_t is None:
@@ -356,7 +357,7 @@ def switchover(
     with c.db(root) as rdb:
         stray = list(rdb.events_after(switch))
         if any(e.type != WATERMARK for e in stray):
-            raise CascadeError(
+            raise Refused(
                 f"{root} has {len(stray)} events after the switch tick {switch}: capture did "
                 "not stop; nothing was switched"
             )
@@ -384,11 +385,11 @@ def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
     c.location(dead_root)  # an unknown name is refused before anything changes
     try:
         with c.db(dead_root) as ddb:
-            if ddb.state().role is not Role.ROOT:
-                raise CascadeError(f"{dead_root} is not the root: failover replaces a root")
-    except CascadeError as exc:
-        if "is not the root" in str(exc):
-            raise
+            role: Role | None = ddb.state().role
+    except CascadeError:
+        role = None  # unreachable, as a dead root usually is, or not a node any more
+    if role is not None and role is not Role.ROOT:
+        raise Refused(f"{dead_root} is not the root: failover replaces a root")
     best: tuple[int, str] | None = None
     notes: list[str] = []
     for name, (loc, dead) in sorted(c.nodes.items()):
@@ -405,7 +406,7 @@ def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
         if st.role.carries_queue and last is not None and (best is None or last.tick_id > best[0]):
             best = (last.tick_id, name)
     if best is None:
-        raise CascadeError("no live branch carries the queue: nothing can become the root")
+        raise Refused("no live branch carries the queue: nothing can become the root")
     tag(c, dead_root, True)
     fork, new_root = best
     with c.db(new_root) as db:
@@ -452,7 +453,7 @@ def resurrect(c: Cascade, old_root: str, out: Path) -> int:
         if st.role is not Role.ROOT:
             if st.provider == new_root:
                 return 0  # done before
-            raise CascadeError(f"{old_root} is a {st.role}, not an old root")
+            raise Refused(f"{old_root} is a {st.role}, not an old root")
         # Stop capturing first: every event to save is then in the queue, and the repair
         # below is not captured as new events.
         with db.transaction() as cur:
@@ -559,7 +560,7 @@ def live_root(c: Cascade, exclude: str | None = None) -> str | None:
 def _find_root(c: Cascade, exclude: str | None = None) -> str:
     root = live_root(c, exclude)
     if root is None:
-        raise CascadeError("no live root in the set: use failover")
+        raise Refused("no live root in the set: use failover")
     return root
 
 

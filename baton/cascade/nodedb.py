@@ -23,21 +23,17 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from baton.cascade.model import Event, NodeState, Role, Tick
-from baton.errors import ConfigError
+from baton.errors import (
+    CascadeError,
+    CascadeInputError,
+    FencedOut,
+    NodeDatabaseError,
+    NodeUnreachable,
+    NotANode,
+)
 
-
-class CascadeError(ConfigError):
-    """A cascade operation refused: bad input or a state that does not allow it. Nothing was
-    changed."""
-
-
-class NodeUnavailable(CascadeError):
-    """A node database cannot be used right now (not reachable, or locked by another writer
-    past the busy timeout). Nothing was changed; trying again later may succeed."""
-
-
-class FencedOut(CascadeError):
-    """A worker's epoch is lower than one that already applied to this node."""
+#: The old name of :class:`~baton.errors.NodeUnreachable` (importers that still use it).
+NodeUnavailable = NodeUnreachable
 
 
 class NodeDB(abc.ABC):
@@ -71,7 +67,8 @@ class NodeDB(abc.ABC):
 
     @abc.abstractmethod
     def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
-        """Every row of a read; "not a cascade node" when the baton_ tables are missing."""
+        """Every row of a read; :class:`NotANode` when the baton_ tables are missing, and a
+        driver error translated (:class:`NodeUnreachable`, :class:`NodeDatabaseError`)."""
 
     def _one(self, query: Any, args: Sequence[Any] = ()) -> Any:
         rows = self._rows(query, args)
@@ -97,15 +94,16 @@ class NodeDB(abc.ABC):
             )
 
     def is_installed(self) -> bool:
+        """Whether the node was created here (a database that cannot be reached raises)."""
         try:
             return self.get_local("node_name") is not None
-        except CascadeError:
+        except NotANode:
             return False
 
     def state(self) -> NodeState:
         name = self.get_local("node_name")
         if name is None:
-            raise CascadeError(f"{self.location} is not a cascade node: create it first")
+            raise NotANode(f"{self.location} is not a cascade node: create it first")
         return NodeState(
             name=name,
             set_name=self.get_local("set_name") or "",
@@ -202,7 +200,8 @@ class NodeDB(abc.ABC):
 
     @abc.abstractmethod
     def columns(self, table: str) -> tuple[list[str], list[str]]:
-        """(columns, primary key columns) of ``table``; CascadeError if it does not exist."""
+        """(columns, primary key columns) of ``table``; CascadeInputError if it does not
+        exist."""
 
     def exact_numbers(self, table: str) -> bool:
         """Whether ``table`` has columns that hold more than a double or a 64-bit integer
@@ -272,7 +271,20 @@ def open_node_db(location: str, readonly: bool = False) -> NodeDB:
         from baton.cascade.postgres_db import PostgresNodeDB
 
         return PostgresNodeDB.open(location)
-    raise CascadeError(
+    raise CascadeInputError(
         f"bad node location {location.split('://', 1)[0]!r}: use sqlite:///path/node.db or "
         "postgresql://user@host/db"
     )
+
+
+__all__ = [
+    "CascadeError",
+    "CascadeInputError",
+    "FencedOut",
+    "NodeDB",
+    "NodeDatabaseError",
+    "NodeUnavailable",
+    "NodeUnreachable",
+    "NotANode",
+    "open_node_db",
+]

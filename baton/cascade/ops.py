@@ -1,6 +1,7 @@
 """Cascade operations on node databases. Each is resumable: running it again after an
 interruption finishes the job (every step checks what is already done), and bad input is
-refused with a :class:`CascadeError` before anything is written.
+refused with a :class:`~baton.errors.CascadeInputError` before anything is written, a state that
+does not allow the operation with :class:`~baton.errors.Refused`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from typing import Any
 
 from baton.cascade.apply import apply_batch, reduce_events
 from baton.cascade.model import ROW_TYPES, Role
-from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
+from baton.cascade.nodedb import NodeDB, open_node_db
+from baton.errors import CascadeInputError, Refused
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
 def check_name(name: str) -> str:
     if not _NAME.match(name):
-        raise CascadeError(f"bad node name {name!r}: use 1-63 letters, digits, '_', '.', '-'")
+        raise CascadeInputError(f"bad node name {name!r}: use 1-63 letters, digits, '_', '.', '-'")
     return name
 
 
@@ -32,7 +34,7 @@ def create_root(name: str, location: str, set_name: str) -> None:
             st = db.state()
             if (st.name, st.set_name, st.role) == (name, set_name, Role.ROOT):
                 return  # done before
-            raise CascadeError(f"{location} is already node {st.name} ({st.role}) of {st.set_name}")
+            raise Refused(f"{location} is already node {st.name} ({st.role}) of {st.set_name}")
         db.install()
         with db.transaction() as cur:
             db.put_node(cur, name, location)
@@ -53,10 +55,10 @@ def _provider_db(provider: str, via: str, readonly: bool = False) -> NodeDB:
     with open_node_db(via) as db:
         nodes = db.nodes()
     if provider not in nodes:
-        raise CascadeError(f"unknown node {provider!r}: known nodes are {sorted(nodes)}")
+        raise CascadeInputError(f"unknown node {provider!r}: known nodes are {sorted(nodes)}")
     location, dead = nodes[provider]
     if dead:
-        raise CascadeError(f"node {provider!r} is tagged dead: pick another provider")
+        raise Refused(f"node {provider!r} is tagged dead: pick another provider")
     return open_node_db(location, readonly=readonly)
 
 
@@ -67,28 +69,28 @@ def create_subscriber(
     the node list at ``provider_location``)."""
     check_name(name)
     if role is Role.ROOT:
-        raise CascadeError("use create-root for a root")
+        raise CascadeInputError("use create-root for a root")
     with _provider_db(provider, provider_location) as prov:
         pst = prov.state()
         if not pst.role.carries_queue:
-            raise CascadeError(f"{provider} is a leaf: it has no queue to provide")
+            raise Refused(f"{provider} is a leaf: it has no queue to provide")
         nodes = prov.nodes()
         if name in nodes and nodes[name][0] != location:
-            raise CascadeError(f"node name {name!r} is taken by {nodes[name][0]}")
+            raise Refused(f"node name {name!r} is taken by {nodes[name][0]}")
         with open_node_db(location) as db:
             if db.is_installed():
                 st = db.state()
                 if st.name != name or st.set_name != pst.set_name:
-                    raise CascadeError(f"{location} is already node {st.name} of {st.set_name}")
+                    raise Refused(f"{location} is already node {st.name} of {st.set_name}")
                 if st.role is not role or st.provider != provider:
-                    raise CascadeError(
+                    raise Refused(
                         f"{name} exists as a {st.role} of {st.provider}: use change-provider "
                         "to move it"
                     )
             else:
                 start = prov.last_tick()
                 if start is None:
-                    raise CascadeError(f"{provider} has no tick yet: is its ticker running?")
+                    raise Refused(f"{provider} has no tick yet: is its ticker running?")
                 db.install()
                 with db.transaction() as cur:
                     for n, (loc, dead) in nodes.items():
@@ -135,7 +137,7 @@ def add_table(location: str, table: str) -> str:
         st = db.state()
         _, pk = db.columns(table)
         if not pk:
-            raise CascadeError(f"table {table!r} has no primary key: add one to replicate it")
+            raise CascadeInputError(f"table {table!r} has no primary key: add one to replicate it")
         if st.role is Role.ROOT:
             with db.transaction() as cur:
                 db.capture(cur, table, True)
@@ -147,11 +149,11 @@ def add_table(location: str, table: str) -> str:
         assert st.provider is not None
         with _provider_db(st.provider, location, readonly=True) as prov:
             if table not in prov.tables():
-                raise CascadeError(f"provider {st.provider} does not replicate {table!r}")
+                raise Refused(f"provider {st.provider} does not replicate {table!r}")
             pcols, ppk = prov.columns(table)
             cols, _ = db.columns(table)
             if sorted(pcols) != sorted(cols) or ppk != pk:
-                raise CascadeError(
+                raise Refused(
                     f"{table}: columns {cols} (key {pk}) differ from the provider's {pcols} "
                     f"(key {ppk})"
                 )
@@ -221,11 +223,11 @@ def emit(location: str, type_: str, data: dict[str, object], table: str | None =
          key: dict[str, object] | None = None) -> int:  # fmt: skip
     """Root: add a custom event; its id."""
     if type_ in ROW_TYPES or type_.startswith("baton."):
-        raise CascadeError(f"event type {type_!r} is reserved: pick another name")
+        raise CascadeInputError(f"event type {type_!r} is reserved: pick another name")
     with open_node_db(location) as db:
         st = db.state()
         if st.role is not Role.ROOT:
-            raise CascadeError(f"{st.name} is a {st.role}: events are emitted at the root")
+            raise Refused(f"{st.name} is a {st.role}: events are emitted at the root")
         with db.transaction() as cur:
             return db.insert_event(
                 cur, type_, table, json.dumps(key) if key else None, json.dumps(data)

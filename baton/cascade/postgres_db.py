@@ -65,9 +65,16 @@ from psycopg.rows import TupleRow
 
 from baton.cascade.codec import ExactNumber
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import CascadeError, NodeDB, NodeUnavailable
-from baton.cascade.sqlite_db import ident
-from baton.errors import redact_url
+from baton.cascade.nodedb import NodeDB
+from baton.cascade.sqlite_db import TABLES, ident
+from baton.errors import (
+    CascadeError,
+    CascadeInputError,
+    NodeDatabaseError,
+    NodeUnreachable,
+    NotANode,
+    redact_url,
+)
 
 _Conn = psycopg.Connection[TupleRow]
 _Cur = psycopg.Cursor[TupleRow]
@@ -332,17 +339,21 @@ class PostgresNodeDB(NodeDB):
             row = self.conn.execute("SELECT current_schema()").fetchone()
         except psycopg.Error as exc:
             self.conn.close()
-            raise self._failure("cannot use", exc) from None
+            raise self._failure("cannot use", exc) from exc
         if row is None or row[0] is None:
             self.conn.close()
-            raise CascadeError(f"{self._shown}: no schema in the search_path exists")
+            raise CascadeInputError(f"{self._shown}: no schema in the search_path exists")
         self.schema: str = row[0]
         digest = hashlib.blake2b(f"baton.node:{self.schema}".encode(), digest_size=8).digest()
         self._lock_key = int.from_bytes(digest, "big", signed=True)
 
-    def _failure(self, what: str, exc: BaseException) -> CascadeError:
-        """One line naming the node, with no password in it (not even one the driver quotes
-        from a URL it could not parse)."""
+    def _failure(
+        self, what: str, exc: BaseException, other: type[CascadeError] = NodeDatabaseError
+    ) -> CascadeError:
+        """``exc`` as baton's error, by its class: :class:`NodeUnreachable` for the server
+        (``OperationalError``: cannot connect, connection lost, server shutting down), else
+        ``other``. One line naming the node, with no password in it (not even one the driver
+        quotes from a URL it could not parse)."""
         detail = redact_url(_one_line(str(exc))) or type(exc).__name__
         secrets = {m["pw"] for m in _PASSWORD.finditer(self.location)}
         with contextlib.suppress(psycopg.Error):
@@ -351,8 +362,8 @@ class PostgresNodeDB(NodeDB):
             detail = detail.replace(secret, "***")
         message = f"{what} PostgreSQL node {self._shown}: {detail}"
         if isinstance(exc, psycopg.OperationalError):  # the server, not the input
-            return NodeUnavailable(message)
-        return CascadeError(message)
+            return NodeUnreachable(message)
+        return other(message)
 
     def _connect(self, *settings: str) -> _Conn:
         try:
@@ -363,8 +374,11 @@ class PostgresNodeDB(NodeDB):
             opts = " ".join(f"-c {s}" for s in ("extra_float_digits=3", *settings))
             params["options"] = f"{params.get('options', '')} {opts}".strip()
             conn = psycopg.connect(**params, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise self._failure("cannot connect to", exc) from exc
         except (psycopg.Error, ValueError) as exc:
-            raise self._failure("cannot connect to", exc) from None
+            # A location that cannot be parsed: the driver's message may quote its password.
+            raise self._failure("cannot connect to", exc, CascadeInputError) from None
         # READ COMMITTED whatever the server's default: make_tick relies on each statement
         # taking a fresh snapshot once the node's lock is held.
         conn.isolation_level = psycopg.IsolationLevel.READ_COMMITTED
@@ -427,19 +441,46 @@ class PostgresNodeDB(NodeDB):
             cur.execute(sql.SQL(_CAPTURE_FN).format(schema=schema))
 
     @contextlib.contextmanager
+    def _translated(self, what: str) -> Iterator[None]:
+        """Inside: a driver error leaves as baton's (see :meth:`_failure`)."""
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise self._failure(what, exc) from exc
+
+    @contextlib.contextmanager
     def transaction(self) -> Iterator[_Cur]:
         """A transaction holding the node's advisory lock (see the module docstring)."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
+        with (
+            self._translated("cannot write to"),
+            self.conn.transaction(),
+            self.conn.cursor() as cur,
+        ):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             yield cur
 
     def _rows(self, query: _Query, args: Sequence[Any] = ()) -> list[Any]:
         try:
             return self.conn.execute(query, args).fetchall()
-        except psycopg.errors.UndefinedTable as exc:
-            if "baton_" in str(exc):
-                raise CascadeError(f"{self._shown} is not a cascade node") from None
-            raise
+        except psycopg.Error as exc:
+            failure = self._failure("cannot read from", exc)
+            if isinstance(exc, psycopg.errors.UndefinedTable) and self._missing_tables():
+                raise NotANode(f"{self._shown} is not a cascade node") from exc
+            raise failure from exc
+
+    def _missing_tables(self) -> bool:
+        """Whether any of the node's own tables is missing from its schema (False when that
+        cannot be read, e.g. in a transaction the failed read aborted: its error says more)."""
+        if self.conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            return False
+        try:
+            row = self.conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)",
+                (self.schema, list(TABLES)),
+            ).fetchone()
+        except psycopg.Error:
+            return False
+        return row is None or row[0] < len(TABLES)
 
     # -- queue ----------------------------------------------------------------------------
 
@@ -483,7 +524,11 @@ class PostgresNodeDB(NodeDB):
             query = sql.SQL("SELECT {} FROM baton_event WHERE {} ORDER BY ev_id").format(
                 sql.SQL(_EVENT_COLS), where
             )
-            with conn.transaction(), conn.cursor(name="baton_events") as cur:
+            with (
+                self._translated("cannot read from"),
+                conn.transaction(),
+                conn.cursor(name="baton_events") as cur,
+            ):
                 cur.itersize = _FETCH
                 cur.execute(query, args)
                 yield from cur
@@ -675,7 +720,7 @@ class PostgresNodeDB(NodeDB):
             (name,),
         )
         if not rows:
-            raise CascadeError(f"no table {table!r} in {self._shown}")
+            raise CascadeInputError(f"no table {table!r} in {self._shown}")
         return [(r[0], r[1], r[2]) for r in rows]
 
     def columns(self, table: str) -> tuple[list[str], list[str]]:
@@ -712,7 +757,7 @@ class PostgresNodeDB(NodeDB):
         types = {c: t for c, t, _ in self._catalog(table)}
         for c in columns:
             if c not in types:
-                raise CascadeError(f"table {table!r} has no column {c!r}")
+                raise CascadeInputError(f"table {table!r} has no column {c!r}")
         a = sql.Identifier(alias)
         cast: dict[str, sql.Composable] = {
             c: sql.SQL("CAST({}.{} AS {})").format(a, _name(c), sql.SQL(types[c])) for c in columns
@@ -736,7 +781,9 @@ class PostgresNodeDB(NodeDB):
             return
         _, pk = self.columns(table)
         if not pk or set(pk) - set(columns):
-            raise CascadeError(f"cannot upsert into {table!r}: its key {pk} is not in {columns}")
+            raise CascadeInputError(
+                f"cannot upsert into {table!r}: its key {pk} is not in {columns}"
+            )
         # ON CONFLICT may touch a row once per statement: the last row of a key wins, as it
         # would row by row.
         at = [list(columns).index(c) for c in pk]

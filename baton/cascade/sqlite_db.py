@@ -18,8 +18,15 @@ from typing import Any
 
 from baton.cascade.codec import sqlite_value_sql
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import CascadeError, NodeDB, NodeUnavailable
-from baton.errors import ConfigError
+from baton.cascade.nodedb import NodeDB
+from baton.errors import (
+    CascadeError,
+    CascadeInputError,
+    ConfigError,
+    NodeDatabaseError,
+    NodeUnreachable,
+    NotANode,
+)
 from baton.store import sqlite_path
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -62,17 +69,36 @@ CREATE TABLE IF NOT EXISTS baton_table (
 """
 
 
-#: Another connection holds a lock past the busy timeout (primary result codes).
-_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: The node's own tables: a database without every one of them is not a cascade node.
+TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (baton_\w+)", SCHEMA))
+
+#: Primary result codes of a database that cannot be used now, whatever the input: locked by
+#: another connection past the busy timeout, an I/O error, a full disk, a file that cannot be
+#: opened.
+_UNREACHABLE = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+    }
+)
 
 
-def _failure(what: str, exc: sqlite3.Error) -> CascadeError:
-    """``exc`` as baton's error: :class:`NodeUnavailable` when the database is locked or cannot
-    be opened for a reason outside the input (I/O), else a plain refusal."""
+def _failure(
+    what: str, exc: sqlite3.Error, other: type[CascadeError] = NodeDatabaseError
+) -> CascadeError:
+    """``exc`` as baton's error, by its primary result code: :class:`NodeUnreachable` when the
+    database cannot be used now, :class:`NotANode` for a file that is not a database, else
+    ``other``. Errors of the module itself (a value it cannot bind) carry no code."""
     code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None and (code & 0xFF) in _BUSY | {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL}:
-        return NodeUnavailable(f"{what}: {exc}")
-    return CascadeError(f"{what}: {exc}")
+    primary = None if code is None else code & 0xFF
+    if primary in _UNREACHABLE:
+        return NodeUnreachable(f"{what}: {exc}")
+    if primary == sqlite3.SQLITE_NOTADB:
+        return NotANode(f"{what}: {exc} (not a cascade node)")
+    return other(f"{what}: {exc}")
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
@@ -86,7 +112,7 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
 def ident(name: str) -> str:
     """``name`` quoted as an SQL identifier, after checking it is a plain one."""
     if not _IDENT.match(name):
-        raise CascadeError(f"bad table or column name {name!r}: use letters, digits and '_'")
+        raise CascadeInputError(f"bad table or column name {name!r}: use letters, digits and '_'")
     return f'"{name}"'
 
 
@@ -96,10 +122,10 @@ class SQLiteNodeDB(NodeDB):
         try:  # the store's parser: every spelling means the same file everywhere
             path = sqlite_path(location)
         except ConfigError as exc:
-            raise CascadeError(str(exc)) from None
+            raise CascadeInputError(str(exc)) from None
         self.path = Path(path)
         if not self.path.parent.is_dir():
-            raise CascadeError(f"{location}: directory {self.path.parent} does not exist")
+            raise CascadeInputError(f"{location}: directory {self.path.parent} does not exist")
         try:
             if readonly:
                 self.conn = connect_readonly(self.path)
@@ -107,43 +133,61 @@ class SQLiteNodeDB(NodeDB):
                 self.conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.Error as exc:
-            raise _failure(f"{location}: cannot open", exc) from None
+        except sqlite3.Error as exc:  # not a database, or one that cannot be opened now
+            raise _failure(f"{location}: cannot open", exc, CascadeInputError) from exc
 
     def close(self) -> None:
         self.conn.close()
 
+    @contextlib.contextmanager
+    def _translated(self, what: str) -> Iterator[None]:
+        """Inside: a driver error leaves as baton's (see :func:`_failure`)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise _failure(f"{self.location}: {what}", exc) from exc
+
     def install(self) -> None:
-        self.conn.executescript(SCHEMA)
+        with self._translated("cannot install"):
+            self.conn.executescript(SCHEMA)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
         cur = self.conn.cursor()
-        try:
+        with self._translated("cannot write"):
             cur.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise _failure(f"{self.location}: cannot write", exc) from None
         try:
             yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
+        except BaseException as exc:
+            with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
+                cur.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):  # a statement of the caller's transaction
+                raise _failure(f"{self.location}: cannot write", exc) from exc
             raise
         try:
             cur.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 cur.execute("ROLLBACK")
-            raise _failure(f"{self.location}: cannot commit", exc) from None
+            raise _failure(f"{self.location}: cannot commit", exc) from exc
 
     def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
         try:
             return self.conn.execute(query, args).fetchall()
-        except sqlite3.OperationalError as exc:
-            if (exc.sqlite_errorcode & 0xFF) in _BUSY:
-                raise _failure(f"{self.location}: cannot read", exc) from None
-            if "no such table: baton_" in str(exc):
-                raise CascadeError(f"{self.location} is not a cascade node") from None
-            raise
+        except sqlite3.Error as exc:
+            failure = _failure(f"{self.location}: cannot read", exc)
+            if type(failure) is NodeDatabaseError and self._missing_tables():
+                raise NotANode(f"{self.location} is not a cascade node") from exc
+            raise failure from exc
+
+    def _missing_tables(self) -> bool:
+        """Whether any of the node's own tables is missing (False when that cannot be read:
+        the read's own error says more)."""
+        try:
+            rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            return not set(TABLES) <= {r[0] for r in rows}
+        except sqlite3.Error:
+            return False
 
     # -- queue ----------------------------------------------------------------------------
 
@@ -166,7 +210,7 @@ class SQLiteNodeDB(NodeDB):
         return None if row is None else self._tick(row)
 
     def ticks(self, after: int, upto: int) -> list[Tick]:
-        rows = self.conn.execute(
+        rows = self._rows(
             "SELECT tick_id, ev_high, snapshot, tick_time FROM baton_tick "
             "WHERE tick_id > ? AND tick_id <= ? ORDER BY tick_id",
             (after, upto),
@@ -181,20 +225,21 @@ class SQLiteNodeDB(NodeDB):
         low = prev.ev_high if prev is not None else 0
         # Copied events carry their tick; events captured here carry none until a tick covers
         # them, and then belong to the tick whose id range holds them.
-        rows = self.conn.execute(
-            "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_tick "
-            "FROM baton_event WHERE (ev_tick > ? AND ev_tick <= ?) "
-            "OR (ev_tick IS NULL AND ev_id > ? AND ev_id <= ?) ORDER BY ev_id",
-            (after, upto, low, last.ev_high),
-        )
-        ticks = self.ticks(after, upto)
-        highs = [t.ev_high for t in ticks]
-        for r in rows:
-            tick = r[7]
-            if tick is None:
-                # The first tick of the range whose high covers this id.
-                tick = next(t.tick_id for t, h in zip(ticks, highs, strict=True) if r[0] <= h)
-            yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tick)
+        with self._translated("cannot read"):
+            rows = self.conn.execute(
+                "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_tick "
+                "FROM baton_event WHERE (ev_tick > ? AND ev_tick <= ?) "
+                "OR (ev_tick IS NULL AND ev_id > ? AND ev_id <= ?) ORDER BY ev_id",
+                (after, upto, low, last.ev_high),
+            )
+            ticks = self.ticks(after, upto)
+            highs = [t.ev_high for t in ticks]
+            for r in rows:
+                tick = r[7]
+                if tick is None:
+                    # The first tick of the range whose high covers this id.
+                    tick = next(t.tick_id for t, h in zip(ticks, highs, strict=True) if r[0] <= h)
+                yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], tick)
 
     def make_tick(self, cur: Any, min_events: int = 0) -> Tick | None:
         last = cur.execute(
@@ -263,14 +308,15 @@ class SQLiteNodeDB(NodeDB):
         where, args = self._after_clause(tick_id)
         # A root's events carry no tick (its batches are id ranges): the tick whose batch
         # holds one is the first with ev_high at or above its id (none yet: NULL).
-        rows = self.conn.execute(
-            "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, "
-            "coalesce(ev_tick, (SELECT min(tick_id) FROM baton_tick WHERE ev_high >= ev_id)) "
-            f"FROM baton_event WHERE {where} ORDER BY ev_id",
-            args,
-        )
-        for r in rows:
-            yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+        with self._translated("cannot read"):
+            rows = self.conn.execute(
+                "SELECT ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, "
+                "coalesce(ev_tick, (SELECT min(tick_id) FROM baton_tick WHERE ev_high >= ev_id)) "
+                f"FROM baton_event WHERE {where} ORDER BY ev_id",
+                args,
+            )
+            for r in rows:
+                yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 
     def discard_after(self, cur: Any, tick_id: int) -> None:
         where, args = self._after_clause(tick_id)
@@ -304,9 +350,9 @@ class SQLiteNodeDB(NodeDB):
     # -- replicated tables ------------------------------------------------------------------
 
     def columns(self, table: str) -> tuple[list[str], list[str]]:
-        rows = self.conn.execute(f"PRAGMA table_info({ident(table)})").fetchall()
+        rows = self._rows(f"PRAGMA table_info({ident(table)})")
         if not rows:
-            raise CascadeError(f"no table {table!r} in {self.location}")
+            raise CascadeInputError(f"no table {table!r} in {self.location}")
         cols = [r[1] for r in rows]
         pk = [r[1] for r in sorted((r for r in rows if r[5]), key=lambda r: r[5])]
         return cols, pk
@@ -381,10 +427,10 @@ class SQLiteNodeDB(NodeDB):
         where = " AND ".join(f"{ident(c)} = ?" for c in key_columns)
         out: list[tuple[Any, ...]] = []
         for key in keys:
-            out.extend(self.conn.execute(f"SELECT * FROM {ident(table)} WHERE {where}", key))
+            out.extend(self._rows(f"SELECT * FROM {ident(table)} WHERE {where}", key))
         return out
 
     def read_rows(self, table: str) -> list[tuple[Any, ...]]:
         cols, pk = self.columns(table)
         order = ", ".join(ident(c) for c in pk or cols)
-        return list(self.conn.execute(f"SELECT * FROM {ident(table)} ORDER BY {order}"))
+        return self._rows(f"SELECT * FROM {ident(table)} ORDER BY {order}")

@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
-from baton.errors import BatonError, CascadeInputError, ConfigError, redact_url
+from baton.errors import BatonError, CascadeInputError, ConfigError, NotLeader, redact_url
 from baton.logs import describe
-from baton.placement.workload import NotLeader, Workload, WorkloadContext
+from baton.placement.workload import Workload, WorkloadContext
 from baton.service.node import NodeService
 from baton.store import sqlite_path
 

@@ -12,15 +12,7 @@ from typing import Any
 
 import httpx
 
-from baton.errors import BatonError
-
-
-class PeerError(BatonError):
-    """A peer could not be reached or answered with an error."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
+from baton.errors import PeerError
 
 
 def _local_address(host: str) -> str | None:
@@ -62,3 +54,6 @@ class Peers:
 
     async def close(self) -> None:
         await self._client.aclose()
+
+
+__all__ = ["PeerError", "Peers"]

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from baton.election import Term
-from baton.errors import BatonError, LeaseLost, StoreError
+from baton.errors import Deposed, LeaseLost, StoreError
 from baton.logs import describe
 from baton.node.peers import PeerError
 from baton.node.status import MEMBERS, NODES
@@ -47,10 +47,6 @@ log = logging.getLogger("baton.placement")
 
 #: Group writes per transaction (bounded so one pass over 10k groups is not one huge write).
 CHUNK = 64
-
-
-class Deposed(BatonError):
-    """A fenced write failed on the controller's lease: this node no longer controls."""
 
 
 def term_counter(key: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from baton.errors import BatonError, ConfigError, SpecError
+from baton.errors import NotLeader as NotLeader  # noqa: PLC0414 (re-exported: runner imports it)
 from baton.logs import describe
 from baton.placement.records import NAME, ObjectSpec
 
@@ -147,10 +148,6 @@ def _spec_problem(type_name: str, model: type[BaseModel], exc: ValidationError) 
     if err["type"] == "string_pattern_mismatch":  # the pattern itself would say little
         return f"{where}: {err['input']!r} is not valid{hint}"
     return f"{where}: {err['msg']}{hint}"
-
-
-class NotLeader(BatonError):
-    """A fetch reached a member that is not the group's leader at the asked term."""
 
 
 class CounterSpec(BaseModel):

@@ -57,6 +57,19 @@ KEEP_CHANGES = 100_000
 #: How often a watcher checks ``PRAGMA data_version``.
 POLL_INTERVAL = 0.005
 BUSY_TIMEOUT_MS = 10_000
+#: Primary result codes of a database another connection kept locked past the busy timeout.
+_LOCKED = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def translate(url: str, exc: sqlite3.Error) -> StoreTimeout | StoreUnavailable:
+    """``exc`` as the store's error, by its primary result code (``sqlite_errorcode & 0xFF``):
+    :class:`StoreTimeout` when the database stayed locked past the busy timeout, else
+    :class:`StoreUnavailable`."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF) in _LOCKED:
+        return StoreTimeout(f"{url} stayed locked: {exc}")
+    return StoreUnavailable(f"{url}: {exc}")
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS {p}meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -112,12 +125,8 @@ class SQLiteStore(Store):
         assert self._executor is not None
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreTimeout(f"{self.url} stayed locked: {exc}") from exc
-            raise StoreUnavailable(f"{self.url}: {exc}") from exc
         except sqlite3.DatabaseError as exc:
-            raise StoreUnavailable(f"{self.url}: {exc}") from exc
+            raise translate(self.url, exc) from exc
 
     def _connect_sync(self) -> None:
         if self._db is not None:

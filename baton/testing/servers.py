@@ -23,13 +23,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from baton.errors import BatonError
+from baton.errors import ServerError
 
 PG_BIN = Path(os.environ.get("BATON_PG_BIN", "/usr/lib/postgresql/15/bin"))
-
-
-class ServerError(BatonError):
-    """A test server could not be started."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -7,15 +7,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar, overload
 
-from baton.errors import StoreError
+from baton.errors import StoreError, WaitTimeout
 from baton.store.base import Store
 
 T = TypeVar("T")
 Falsy = None | Literal[False] | Literal[0] | Literal[""]
-
-
-class WaitTimeout(AssertionError):
-    """The condition did not hold before the deadline."""
 
 
 def wait_for(
@@ -80,3 +76,6 @@ async def store_reachable(store: Store) -> bool:
     except StoreError:
         return False
     return True
+
+
+__all__ = ["Falsy", "WaitTimeout", "await_for", "store_reachable", "wait_for"]

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from baton.cascade import ops
-from baton.cascade.nodedb import NodeUnavailable, open_node_db
+from baton.cascade.nodedb import open_node_db
+from baton.errors import NodeUnreachable
 from baton.testing.processes import Proc
 from baton.testing.servers import PostgresServer
 from baton.testing.waiting import wait_for
@@ -32,7 +33,7 @@ def test_locked_sqlite_node_is_unavailable_not_bad_input(tmp_path: Path) -> None
     try:
         with open_node_db(location) as db:
             db.conn.execute("PRAGMA busy_timeout = 50")  # type: ignore[attr-defined]
-            with pytest.raises(NodeUnavailable, match="database is locked"), db.transaction():
+            with pytest.raises(NodeUnreachable, match="database is locked"), db.transaction():
                 pass
             assert db.state().name == "s1"  # reads go on meanwhile (WAL)
     finally:
