@@ -114,7 +114,7 @@ def test_nodes_without_api_show_a_lapsed_node_suspect_then_dead(tmp_path: Path) 
     import asyncio
     import json
 
-    from baton.node.status import MEMBERS, NODES
+    from baton.keys import MEMBERS, NODES
     from baton.store import open_store
     from baton.testing import await_for, wait_for
 

@@ -22,11 +22,12 @@ from typing import Any
 from baton import __version__
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
 from baton.errors import ConfigError, FeedCompacted, StoreError
+from baton.keys import CONTROLLER, MEMBERS, member, node_record
 from baton.logs import describe
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
 from baton.node.peers import PeerError, Peers
-from baton.node.status import CONTROLLER, MEMBERS, NODES, Lapses, cluster_status
+from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
@@ -60,9 +61,7 @@ class NodeAgent:
         self.timings = config.timings.build()
         self.store = store or open_store(config.store)
         self.metrics = NodeMetrics(config.node_id)
-        self.membership = Election(
-            self.store, MEMBERS + config.node_id, config.node_id, self.timings
-        )
+        self.membership = Election(self.store, member(config.node_id), config.node_id, self.timings)
         self.controller = Election(self.store, CONTROLLER, config.node_id, self.timings)
         self.metrics.watch(self.membership, "membership")
         self.metrics.watch(self.controller, "controller")
@@ -91,7 +90,13 @@ class NodeAgent:
         self._spark_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
         self.membership.on_event(self._on_membership)
-        self.placement = PlacementController(self)
+        self.placement = PlacementController(
+            self.store,
+            self.controller,
+            self.peers,
+            self.metrics,
+            interval=config.placement.reconcile_interval,
+        )
 
     @property
     def node_id(self) -> str:
@@ -142,7 +147,7 @@ class NodeAgent:
         """Ask ``node`` (a group's leader) through its API."""
         address = self._addresses.get(node)
         if address is None:
-            rec = await self.store.get(NODES + node)
+            rec = await self.store.get(node_record(node))
             if rec is None:
                 raise PeerError(f"no node record for {node}")
             address = self._addresses[node] = json.loads(rec.value)["address"]
@@ -159,7 +164,7 @@ class NodeAgent:
         log.info("waiting for membership lease")
         term = await self.membership.wait_leadership(timeout=self.timings.ttl * 3)
         body = json.dumps(asdict(self.record()), sort_keys=True).encode()
-        res = await self.store.put(NODES + self.node_id, body, lease=term.lease)
+        res = await self.store.put(node_record(self.node_id), body, lease=term.lease)
         if not res.ok:
             raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
         await self.controller.start()

@@ -24,11 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from baton.keys import CONTROLLER, MEMBERS, NODES, member
 from baton.store import Lapse, Lease, Store
-
-CONTROLLER = "controller"
-MEMBERS = "members/"
-NODES = "nodes/"
 
 NodeState = Literal["live", "suspect", "dead"]
 
@@ -92,11 +89,11 @@ async def cluster_status(
     records, _ = await store.list(NODES)
     infos = [json.loads(rec.value) for rec in records]
     leases = {x.name: x for x in await store.list_leases(MEMBERS)}
-    kept = await _kept_lapses(store, [MEMBERS + i["id"] for i in infos], leases)
+    kept = await _kept_lapses(store, [member(i["id"]) for i in infos], leases)
     now = await store.now()
     nodes = []
     for info in infos:
-        name = MEMBERS + info["id"]
+        name = member(info["id"])
         lease = leases.get(name)
         held = lease is not None
         seen = lapses.observe(info["id"], held, now) if lapses is not None else None

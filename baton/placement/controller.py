@@ -11,6 +11,11 @@ leadership) is simply done again by whoever controls next.
 
 A controller that lost its lease changes nothing: its ``leadership()`` body is cancelled at once,
 a write that races the loss fails its ``LeaseHeld`` condition, and nodes refuse its commands.
+
+The controller is given what it uses (the store, the controller :class:`~baton.election.Election`
+that fences it, a way to call other nodes, somewhere to count, how often to pass) and knows
+nothing of the node agent that runs it: :class:`Peers` and :class:`PlacementMetrics` are the
+small protocols the agent's parts satisfy.
 """
 
 from __future__ import annotations
@@ -22,26 +27,18 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from baton.election import Term
-from baton.errors import Deposed, LeaseLost, StoreError
+import prometheus_client as prom
+
+from baton.election import Election, Term
+from baton.errors import Deposed, LeaseLost, PeerError, StoreError
+from baton.keys import GROUPS, MEMBERS, NODES, group_record, group_terms
 from baton.logs import describe
-from baton.node.peers import PeerError
-from baton.node.status import MEMBERS, NODES
 from baton.placement.decide import Decision, NodeView, Observed, decide
-from baton.placement.records import (
-    GROUPS,
-    GroupRecord,
-    dump,
-    read_drains,
-    read_groups,
-    read_objects,
-)
+from baton.placement.model import GroupRecord, dump
+from baton.placement.records import read_drains, read_groups, read_objects
 from baton.store import Condition, Delete, Lease, LeaseHeld, Op, Put, Store, VersionIs
-
-if TYPE_CHECKING:
-    from baton.node.agent import NodeAgent
 
 log = logging.getLogger("baton.placement")
 
@@ -49,11 +46,31 @@ log = logging.getLogger("baton.placement")
 CHUNK = 64
 
 
-def term_counter(key: str) -> str:
-    """The store's epoch counter that group ``key``'s terms come from (see
-    :meth:`Store.next_epochs`). It outlives the group record, so an object deleted and created
-    again continues above every term its groups ever had."""
-    return GROUPS + key
+class Peers(Protocol):
+    """Calls to other nodes' APIs, authenticated (a node agent's ``Peers``)."""
+
+    async def call(
+        self, address: str, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``method path`` on the node at ``address``; its JSON answer. Raises
+        :class:`PeerError` (with the HTTP ``status`` when the node answered) on any failure."""
+        ...
+
+
+class PlacementMetrics(Protocol):
+    """What the controller counts (a node agent's ``NodeMetrics`` has all of it)."""
+
+    store_errors: prom.Counter
+    reconcile_seconds: prom.Histogram
+    moves: prom.Counter
+    leader_transfers: prom.Counter
+    suspects: prom.Gauge
+    failure_groups: prom.Gauge
+    error_groups: prom.Gauge
+
+    def set_placement(self, per: Mapping[tuple[str, str], int]) -> None:
+        """Replace the member counts per (node, workload type)."""
+        ...
 
 
 async def take_terms(store: Store, before: Mapping[str, GroupRecord], decision: Decision) -> None:
@@ -72,12 +89,12 @@ async def take_terms(store: Store, before: Mapping[str, GroupRecord], decision: 
         if group is None or group.term == (old.term if old else 0):
             continue
         # Above the record's own term too: records written before the counter existed.
-        floors[term_counter(key)] = max(group.term, old.term + 1 if old else 0)
+        floors[group_terms(key)] = max(group.term, old.term + 1 if old else 0)
     if not floors:
         return
     terms = await store.next_epochs(floors)
     for key, group in list(decision.groups.items()):
-        name = term_counter(key)
+        name = group_terms(key)
         if group is not None and name in terms:
             decision.groups[key] = group.model_copy(update={"term": terms[name]})
 
@@ -98,8 +115,9 @@ async def write_groups(
         ops: list[Op] = []
         conditions: list[Condition] = [fence]
         for key, group in items[i : i + CHUNK]:
-            ops.append(Put(GROUPS + key, dump(group)) if group else Delete(GROUPS + key))
-            conditions.append(VersionIs(GROUPS + key, versions.get(key, 0)))
+            name = group_record(key)
+            ops.append(Put(name, dump(group)) if group else Delete(name))
+            conditions.append(VersionIs(name, versions.get(key, 0)))
         res = await store.txn(ops, conditions)
         if not res.ok:
             if fence in res.failed:
@@ -120,12 +138,24 @@ async def settle(
 
 
 class PlacementController:
-    """Reconciles placement while this node is controller."""
+    """Reconciles placement while ``election`` (the controller role, whose candidate is this
+    node) is won: every pass is fenced by its term, and ``peers`` carries its commands."""
 
-    def __init__(self, agent: NodeAgent) -> None:
-        self.agent = agent
-        self.store = agent.store
-        self.interval = agent.config.placement.reconcile_interval
+    def __init__(
+        self,
+        store: Store,
+        election: Election,
+        peers: Peers,
+        metrics: PlacementMetrics,
+        *,
+        interval: float,
+    ) -> None:
+        self.store = store
+        self.election = election
+        self.peers = peers
+        self.metrics = metrics
+        #: Longest time between two passes (``placement.reconcile_interval``).
+        self.interval = interval
         self._wake = asyncio.Event()
         #: The last pass's decision and observation (for status and tests).
         self.last: Decision | None = None
@@ -136,7 +166,7 @@ class PlacementController:
         """Forever: wait to be controller, reconcile while it lasts."""
         while True:
             try:
-                async with self.agent.controller.leadership() as term:
+                async with self.election.leadership() as term:
                     await self._lead(term)
             except LeaseLost as exc:
                 log.warning(
@@ -161,9 +191,9 @@ class PlacementController:
                 try:
                     await self.reconcile(term)
                 except StoreError as exc:
-                    self.agent.metrics.store_errors.labels(operation="reconcile").inc()
+                    self.metrics.store_errors.labels(operation="reconcile").inc()
                     log.warning("reconcile failed", extra={"error": describe(exc)})
-                self.agent.metrics.reconcile_seconds.observe(time.monotonic() - started)
+                self.metrics.reconcile_seconds.observe(time.monotonic() - started)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.interval)
         finally:
@@ -194,7 +224,7 @@ class PlacementController:
 
         async def poll(info: dict[str, Any]) -> None:
             try:
-                answer = await self.agent.peers.call(info["address"], "GET", "/v1/groups")
+                answer = await self.peers.call(info["address"], "GET", "/v1/groups")
             except PeerError:
                 return
             reports[info["id"]] = {g["group"]: g for g in answer.get("groups", [])}
@@ -262,14 +292,14 @@ class PlacementController:
             if view is None or not view.live or not view.reachable:
                 return
             body = {
-                "sender": self.agent.node_id,
+                "sender": self.election.node_id,
                 "role": "controller",
                 "epoch": term.epoch,
                 "command": "sync",
                 "groups": list(keys),
             }
             try:
-                await self.agent.peers.call(view.address, "POST", "/v1/commands", body)
+                await self.peers.call(view.address, "POST", "/v1/commands", body)
             except PeerError as exc:
                 if exc.status == 409:
                     raise Deposed(f"{node} refused epoch {term.epoch}: {exc}") from None
@@ -287,7 +317,7 @@ class PlacementController:
     def _account(
         self, obs: Observed, decision: Decision, changed: dict[str, GroupRecord | None]
     ) -> None:
-        m = self.agent.metrics
+        m = self.metrics
         per: Counter[tuple[str, str]] = Counter()
         for group in decision.groups.values():
             if group is not None:

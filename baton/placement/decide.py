@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from baton.placement.model import TYPE_LABEL, GroupRecord, ObjectSpec, Transfer, group_key
 from baton.placement.plan import GroupDemand, NodeSlot, Placement, place
-from baton.placement.records import TYPE_LABEL, GroupRecord, ObjectSpec, Transfer, group_key
 
 
 @dataclass(frozen=True, slots=True)

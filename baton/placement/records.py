@@ -1,4 +1,5 @@
-"""What placement keeps in the store, and how it is read and validated.
+"""Reading and writing placement's records in the store (their shapes are in
+:mod:`baton.placement.model`, their keys in :mod:`baton.keys`).
 
 ``objects/<name>``        an object: type, partitions, replicas, spec, node selector. Written
                           by users (``baton object create``), created only if absent.
@@ -7,179 +8,71 @@
                           conditioned on its lease and epoch (and the record's version).
 ``drain/<node>``          a drain request: the node receives no members and loses the ones it has.
 
-A group's *term* is its leadership epoch: it grows at every leader change and is never lower
-than the epoch of the controller that made the change. Terms come from the store's epoch
-counter of the group's key (``Store.next_epochs``), which outlives the record, so a group
-deleted and created again never reuses a term. Workloads carry it on every side effect.
+The shapes are re-exported here, so ``from baton.placement.records import ObjectSpec`` keeps
+working.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from baton.errors import ConfigError
+from baton.keys import DRAIN, GROUPS, OBJECTS, drain_record, object_record
+from baton.placement.model import (
+    NAME,
+    TYPE_LABEL,
+    GroupRecord,
+    GroupState,
+    ObjectSpec,
+    Transfer,
+    dump,
+    group_key,
+    make_object,
+    parse_group,
+    parse_object,
+)
+from baton.placement.workload import check_spec
 from baton.store import Record, Store
 
-OBJECTS = "objects/"
-GROUPS = "groups/"
-DRAIN = "drain/"
-
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-#: The label every node gets for each workload type it can run; groups select on it, so no
-#: member is placed on a node that cannot run it.
-TYPE_LABEL = "baton.type/"
-
-#: ``error``: a member reports that its workload cannot run (``detail`` says where and why);
-#: placement goes on as usual and the member is tried again at every pass.
-GroupState = Literal["ok", "placing", "transferring", "failure", "error"]
-
-
-def _check_name(kind: str, value: str) -> str:
-    if not NAME.match(value):
-        raise ValueError(
-            f"{kind} {value!r}: use 1-128 letters, digits, '_', '.' or '-', starting with a "
-            "letter or digit"
-        )
-    return value
-
-
-class ObjectSpec(BaseModel):
-    """A distributed object: ``partitions`` control groups of ``replicas`` members each."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    type: str
-    partitions: int = Field(default=1, ge=1, le=10_000)
-    replicas: int = Field(default=1, ge=1, le=9)
-    spec: dict[str, Any] = Field(default_factory=dict)
-    #: Node labels a member's node must have (``{"zone": "a"}``).
-    selector: dict[str, str] = Field(default_factory=dict)
-    created_at: float = 0.0
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _check_name("object name", v)
-
-    @field_validator("type")
-    @classmethod
-    def _type(cls, v: str) -> str:
-        return _check_name("object type", v)
-
-    def group_keys(self) -> list[str]:
-        return [group_key(self.name, p) for p in range(self.partitions)]
-
-
-class Transfer(BaseModel):
-    """Why and to whom the last leader change went, with the commit indices it was based on."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    previous: str | None
-    chosen: str
-    reason: str
-    commit_indices: dict[str, int] = Field(default_factory=dict)
-    at: float = 0.0
-
-
-class GroupRecord(BaseModel):
-    """The control group of one partition: members (distinct nodes) and a nominated leader."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    object: str
-    type: str
-    partition: int
-    members: tuple[str, ...] = ()
-    leader: str | None = None
-    term: int = 0
-    state: GroupState = "placing"
-    #: Human-readable reason while the state is not ``ok`` (shown in status).
-    detail: str = ""
-    controller_epoch: int = 0
-    transfer: Transfer | None = None
-
-    @property
-    def key(self) -> str:
-        return group_key(self.object, self.partition)
-
-
-def group_key(name: str, partition: int) -> str:
-    return f"{name}/{partition}"
-
-
-def parse_object(raw: bytes) -> ObjectSpec:
-    return ObjectSpec.model_validate_json(raw)
-
-
-def parse_group(raw: bytes) -> GroupRecord:
-    return GroupRecord.model_validate_json(raw)
-
-
-def dump(model: BaseModel) -> bytes:
-    return model.model_dump_json().encode()
-
-
-def make_object(
-    type_: str,
-    name: str,
-    partitions: int,
-    replicas: int,
-    *,
-    spec: str | dict[str, Any] | None = None,
-    selector: dict[str, str] | None = None,
-    created_at: float = 0.0,
-) -> ObjectSpec:
-    """Validate user input into an :class:`ObjectSpec`; one-line :class:`ConfigError` if bad."""
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"--spec is not valid JSON: {exc.msg} at column {exc.colno}"
-            ) from None
-    if spec is not None and not isinstance(spec, dict):
-        raise ConfigError("--spec must be a JSON object, like '{\"interval\": 0.1}'")
-    try:
-        return ObjectSpec(
-            name=name,
-            type=type_,
-            partitions=partitions,
-            replicas=replicas,
-            spec=spec or {},
-            selector=selector or {},
-            created_at=created_at,
-        )
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{where}: {msg}" if where not in msg else msg) from None
+__all__ = [
+    "NAME",
+    "TYPE_LABEL",
+    "GroupRecord",
+    "GroupState",
+    "ObjectSpec",
+    "Transfer",
+    "create_object",
+    "delete_object",
+    "dump",
+    "group_key",
+    "make_object",
+    "parse_group",
+    "parse_object",
+    "read_drains",
+    "read_groups",
+    "read_objects",
+    "set_drain",
+]
 
 
 async def create_object(store: Store, obj: ObjectSpec) -> None:
     """Create ``obj``; refuses (ConfigError) when the name is taken, and (SpecError) when its
     type, if this process knows it, does not accept its spec. A refusal writes nothing."""
-    from baton.placement.workload import check_spec  # it imports this module
-
     obj = check_spec(obj)
     obj = obj.model_copy(update={"created_at": obj.created_at or await store.now()})
-    res = await store.put(OBJECTS + obj.name, dump(obj), version=0)
+    res = await store.put(object_record(obj.name), dump(obj), version=0)
     if not res.ok:
         raise ConfigError(f"object {obj.name!r} already exists: delete it first or pick a name")
 
 
 async def delete_object(store: Store, name: str) -> None:
     """Delete object ``name`` (the controller then removes its groups and stops its roles)."""
-    rec = await store.get(OBJECTS + name)
+    rec = await store.get(object_record(name))
     if rec is None:
         raise ConfigError(f"no object named {name!r} (see 'baton object list')")
-    res = await store.delete(OBJECTS + name, version=rec.version)
+    res = await store.delete(object_record(name), version=rec.version)
     if not res.ok:
         raise ConfigError(f"object {name!r} changed while deleting it: try again")
 
@@ -218,9 +111,9 @@ async def read_drains(store: Store) -> set[str]:
 async def set_drain(store: Store, node: str, drain: bool) -> None:
     _check_drain_node(node)
     if drain:
-        await store.put(DRAIN + node, json.dumps({"at": await store.now()}).encode())
+        await store.put(drain_record(node), json.dumps({"at": await store.now()}).encode())
     else:
-        await store.delete(DRAIN + node)
+        await store.delete(drain_record(node))
 
 
 def _check_drain_node(node: str) -> None:

@@ -27,7 +27,8 @@ from pydantic import ValidationError
 
 from baton import logs
 from baton.errors import BatonError, StoreError
-from baton.placement.records import GROUPS, OBJECTS, GroupRecord, parse_group, parse_object
+from baton.keys import GROUPS, group_record, object_record
+from baton.placement.model import GroupRecord, parse_group, parse_object
 from baton.placement.workload import Fetch, NotLeader, Workload, WorkloadContext
 from baton.store import Store
 
@@ -105,7 +106,7 @@ class Runner:
 
     async def _sync_one(self, key: str) -> str:
         """Converge one group; returns why its member cannot run here, or ""."""
-        rec = await self.store.get(GROUPS + key)
+        rec = await self.store.get(group_record(key))
         try:
             group = parse_group(rec.value) if rec is not None else None
         except ValidationError as exc:
@@ -137,7 +138,7 @@ class Runner:
         """This node's member of ``group``: its workload, or the error that kept it from being
         created (``failed`` is the previous attempt's, to log a repeated error only once).
         None when the object is gone (the group record goes next)."""
-        obj_rec = await self.store.get(OBJECTS + group.object)
+        obj_rec = await self.store.get(object_record(group.object))
         if obj_rec is None:
             return None
         cls = self.types.get(group.type)

@@ -1,8 +1,10 @@
 """Workload types: what runs in a control group's members.
 
 A workload type is a :class:`Workload` subclass registered under a type name, from three places
-(later ones win): the built-in types, the ``baton.workloads`` entry point group of installed
-packages, and the node config's ``[workloads]`` table (``name = "package.module:Class"``).
+(later ones win): the built-in ``counter``, the ``baton.workloads`` entry point group of
+installed packages (where baton registers its own ``cascade-worker``: placement imports nothing
+of the layers that run on it), and the node config's ``[workloads]`` table
+(``name = "package.module:Class"``).
 
 One instance runs per group member on its node. The node's runner calls the hooks as the
 group record says: ``start_leader(term)`` on the nominated leader, ``start_follower(leader,
@@ -38,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from baton.errors import BatonError, ConfigError, SpecError
 from baton.errors import NotLeader as NotLeader  # noqa: PLC0414 (re-exported: runner imports it)
 from baton.logs import describe
-from baton.placement.records import NAME, ObjectSpec
+from baton.placement.model import NAME, ObjectSpec
 
 log = logging.getLogger("baton.workload")
 
@@ -275,11 +277,10 @@ class Counter(Workload):
 
 
 def _builtin() -> dict[str, type[Workload]]:
-    # Imported here: the cascade package imports this module. It imports no Spark until a
-    # member starts.
-    from baton.cascade.workload import CascadeWorker
-
-    return {Counter.type_name: Counter, CascadeWorker.type_name: CascadeWorker}
+    # Only the types of this layer. Types of higher layers (baton's own ``cascade-worker``
+    # among them) register through the ``baton.workloads`` entry points, so placement never
+    # imports what runs on it.
+    return {Counter.type_name: Counter}
 
 
 def find_type(name: str) -> type[Workload] | None:

@@ -14,9 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from baton.keys import GROUPS, OBJECTS
 from baton.placement.records import (
-    GROUPS,
-    OBJECTS,
     ObjectSpec,
     create_object,
     delete_object,

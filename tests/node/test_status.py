@@ -7,7 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 
-from baton.node.status import MEMBERS, NODES, Lapses, NodeState, cluster_status, node_state
+from baton.keys import MEMBERS, NODES
+from baton.node.status import Lapses, NodeState, cluster_status, node_state
 from baton.store import Store
 from baton.testing import await_for
 

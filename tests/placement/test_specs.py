@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 
 from baton.errors import ConfigError, SpecError
+from baton.keys import GROUPS, OBJECTS
 from baton.node.agent import NodeAgent
 from baton.placement.records import (
-    GROUPS,
-    OBJECTS,
     GroupRecord,
     ObjectSpec,
     create_object,

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from baton.errors import ConfigError
-from baton.placement.controller import settle, term_counter
+from baton.keys import group_terms
+from baton.placement.controller import settle
 from baton.placement.decide import NodeView, Observed
 from baton.placement.records import (
     create_object,
@@ -116,5 +117,5 @@ async def test_recreated_group_never_reuses_a_term(store: Store) -> None:
     for key, (_, t) in again.items():
         assert t > highest[key], (key, t, highest[key])
     # The counter is where they came from, and stays ahead of every record.
-    taken = await store.next_epochs({term_counter("x/0"): 0})
-    assert taken[term_counter("x/0")] > again["x/0"][1]
+    taken = await store.next_epochs({group_terms("x/0"): 0})
+    assert taken[group_terms("x/0")] > again["x/0"][1]

@@ -11,7 +11,8 @@ from typing import Any
 from baton import logs
 from baton.election import Election
 from baton.errors import StoreTimeout
-from baton.placement.records import GROUPS, OBJECTS, GroupRecord, ObjectSpec, dump
+from baton.keys import GROUPS, OBJECTS
+from baton.placement.records import GroupRecord, ObjectSpec, dump
 from baton.placement.runner import Runner
 from baton.placement.runner import describe as runner_describe
 from baton.placement.workload import load_types
