@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from baton.cascade import manage
+from baton.cascade import set_ops
 from baton.spark.session import build_session
 from baton.testing.cascade import LocalSet
 from baton.testing.workload import run_workload
@@ -64,7 +64,7 @@ def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
             died = time.monotonic()
             console.print(f"the root died after {writer.changes} row changes; failing over...")
             c = s.cascade("branch")
-            new_root, fork, notes = manage.failover(c, "root")
+            new_root, fork, notes = set_ops.failover(c, "root")
             step("failover", time.monotonic() - died,
                  f"{new_root} promoted at tick {fork}" + (f"; {notes}" if notes else ""),
                  new_root == "branch")  # fmt: skip
@@ -81,7 +81,7 @@ def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
                  f"{rows} rows; {after.changes} changes written at the new root", same)  # fmt: skip
             ok &= same
             saved = workdir / "resurrected-events.jsonl"
-            n = manage.resurrect(c, "root", saved)
+            n = set_ops.resurrect(c, "root", saved)
             s.dead.discard("root")
             s.start_worker("root")
             s.wait_synced(["root", "leaf"], timeout=120)

@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from baton.cascade import ops
-from baton.cascade.manage import Cascade, set_paused
+from baton.cascade import node_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.set_ops import CascadeSet, set_paused
 from baton.service.node import NodeService
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
@@ -101,12 +101,12 @@ class BatonSet:
         loc = self.locations
         for n in NODES:
             accounts_load.create_table(loc[n])
-        ops.create_root("root", loc["root"], "B")
-        ops.create_subscriber(Role.BRANCH, "branch", loc["branch"], "root", loc["root"])
-        ops.create_subscriber(Role.LEAF, "leaf", loc["leaf"], "branch", loc["branch"])
+        node_ops.create_root("root", loc["root"], "B")
+        node_ops.create_subscriber(Role.BRANCH, "branch", loc["branch"], "root", loc["root"])
+        node_ops.create_subscriber(Role.LEAF, "leaf", loc["leaf"], "branch", loc["branch"])
         for n in NODES:
-            if ops.add_table(loc[n], "accounts") == "copying":
-                ops.copy_table(loc[n], "accounts")  # empty: nothing for Spark to copy
+            if node_ops.add_table(loc[n], "accounts") == "copying":
+                node_ops.copy_table(loc[n], "accounts")  # empty: nothing for Spark to copy
         for n in NODES:
             service = NodeService(loc[n], epoch=1, spark=lambda: self.spark)
             self.services[n] = service
@@ -130,7 +130,7 @@ class BatonSet:
             raise RuntimeError(f"a node service failed: {self.errors[0]}")
 
     def pause(self, *nodes: str, paused: bool = True) -> None:
-        c = Cascade(self.locations["root"])
+        c = CascadeSet(self.locations["root"])
         for n in nodes:
             set_paused(c, n, paused)
 
@@ -238,11 +238,11 @@ def apply_efficiency(spark: SparkSession, directory: Path, changes: int) -> dict
             accounts_load.create_table(loc)
         with psycopg.connect(leaf, autocommit=True) as conn:
             conn.execute("CREATE TABLE plain (LIKE accounts)")
-        ops.create_root("r", root, "E")
-        ops.create_subscriber(Role.LEAF, "l", leaf, "r", root)
-        ops.add_table(root, "accounts")
-        ops.add_table(leaf, "accounts")
-        ops.copy_table(leaf, "accounts")
+        node_ops.create_root("r", root, "E")
+        node_ops.create_subscriber(Role.LEAF, "l", leaf, "r", root)
+        node_ops.add_table(root, "accounts")
+        node_ops.add_table(leaf, "accounts")
+        node_ops.copy_table(leaf, "accounts")
         with open_node_db(root) as db, db.transaction() as cur:
             db.make_tick(cur)  # the leaf's start
         accounts_load.generate(root, changes, seed=3)

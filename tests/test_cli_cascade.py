@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from baton.cascade import manage, ops
+from baton.cascade import node_ops, set_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.cascade.nodedb import open_node_db
 from baton.testing import free_port
 from baton.testing.servers import PostgresServer
 from tests.test_cli import BATON, one_line_error
@@ -106,7 +106,7 @@ class Set:
             ).fetchall()
             conn.close()
         out["members"] = [
-            dataclasses.asdict(m) for m in manage.members(manage.Cascade(self.loc("s1")))
+            dataclasses.asdict(m) for m in set_ops.members(set_ops.CascadeSet(self.loc("s1")))
         ]
         return out
 
@@ -115,13 +115,13 @@ def build(directory: Path) -> Set:
     """s1 root -> s2 branch -> s3 branch -> s4 leaf, all replicating ``accounts`` (built through
     the Python API: the creation commands are tested on their own below)."""
     s = Set(directory)
-    ops.create_root("s1", s.loc("s1"), "S")
-    ops.create_subscriber(Role.BRANCH, "s2", s.loc("s2"), "s1", s.loc("s1"))
-    ops.create_subscriber(Role.BRANCH, "s3", s.loc("s3"), "s2", s.loc("s1"))
-    ops.create_subscriber(Role.LEAF, "s4", s.loc("s4"), "s3", s.loc("s1"))
+    node_ops.create_root("s1", s.loc("s1"), "S")
+    node_ops.create_subscriber(Role.BRANCH, "s2", s.loc("s2"), "s1", s.loc("s1"))
+    node_ops.create_subscriber(Role.BRANCH, "s3", s.loc("s3"), "s2", s.loc("s1"))
+    node_ops.create_subscriber(Role.LEAF, "s4", s.loc("s4"), "s3", s.loc("s1"))
     for name in NAMES:
-        if ops.add_table(s.loc(name), "accounts") == "copying":
-            ops.copy_table(s.loc(name), "accounts")  # what the node's worker does, with Spark
+        if node_ops.add_table(s.loc(name), "accounts") == "copying":
+            node_ops.copy_table(s.loc(name), "accounts")  # what the node's worker does, with Spark
     return s
 
 
@@ -193,7 +193,7 @@ def test_create_set_add_tables_and_rerun(tmp_path: Path) -> None:
         "accounts": "copying"
     }
     for name in NAMES[1:]:
-        ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
+        node_ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
     for name in NAMES:
         assert json.loads(ok(run("tables", "--node", name, "--json", *s.via))) == {"accounts": "ok"}
     assert "accounts" in ok(run("tables", "--node", "s4", *s.via))
@@ -307,7 +307,7 @@ def test_check_equal_then_different(cset: Set) -> None:
         "balance INTEGER NOT NULL, id INTEGER PRIMARY KEY)")  # fmt: skip
     ok(run("create-leaf", "s5", f"sqlite://{s.dir}/s5.db", "--provider", "s3", *s.via))
     ok(run("add-table", "accounts", "--node", "s5", *s.via))
-    ops.copy_table(f"sqlite://{s.dir}/s5.db", "accounts")  # s5's worker copies s3's 3 rows
+    node_ops.copy_table(f"sqlite://{s.dir}/s5.db", "accounts")  # s5's worker copies s3's 3 rows
     data = json.loads(ok(run("check", "--node", "s5", "--json", *s.via)))
     assert data["equal"] and data["tables"]["accounts"]["rows"] == 3
 
@@ -430,7 +430,7 @@ def test_postgres_set(pg_locations: list[str]) -> None:
         "p1: accounts ok",
         "p2: accounts copying (the node's worker copies it with Spark)",
     ]
-    ops.copy_table(leaf, "accounts")  # what p2's worker does, with Spark
+    node_ops.copy_table(leaf, "accounts")  # what p2's worker does, with Spark
     data = json.loads(ok(run("status", "--json", *via)))
     assert [(m["name"], m["role"], m["provider"]) for m in data["members"]] == [
         ("p1", "root", None),

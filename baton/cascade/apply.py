@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from baton.cascade.codec import decode
+from baton.cascade.db import NodeDB
 from baton.cascade.model import DELETE, ROW_TYPES, WATERMARK, Event, Role, Tick
-from baton.cascade.nodedb import CascadeError, FencedOut, NodeDB
+from baton.errors import CascadeError, FencedOut
 
 
 @dataclass(frozen=True, slots=True)

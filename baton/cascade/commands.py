@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from baton.cascade import manage, ops
+from baton.cascade import node_ops, set_ops
+from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.model import ROW_TYPES, NodeState, Role
-from baton.cascade.nodedb import NodeDB, open_node_db
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -46,8 +46,8 @@ from baton.store import sqlite_path, sqlite_url
 #: How often a switchover checks whether the new root has applied the switch tick.
 POLL = 0.1
 
-#: A node or set name, as :func:`baton.cascade.ops.check_name` accepts it.
-NAME_PATTERN = ops._NAME.pattern
+#: A node or set name, as :func:`baton.cascade.node_ops.check_name` accepts it.
+NAME_PATTERN = node_ops._NAME.pattern
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -123,15 +123,15 @@ def existing(location: str) -> str:
     return location
 
 
-def open_set(via: str) -> manage.Cascade:
+def open_set(via: str) -> set_ops.CascadeSet:
     """The set seen through the node list at ``via`` (any member's location)."""
     location = existing(via)
     with open_node_db(location) as db:
         db.state()  # "not a cascade node" before reading a node list that is not there
-    return manage.Cascade(location)
+    return set_ops.CascadeSet(location)
 
 
-def _known(c: manage.Cascade, *names: str) -> None:
+def _known(c: set_ops.CascadeSet, *names: str) -> None:
     for name in names:
         c.location(name)  # an unknown name is refused, with the known ones
 
@@ -149,7 +149,7 @@ def _installed(location: str) -> NodeState | None:
         return db.state() if db.is_installed() else None
 
 
-def _states(c: manage.Cascade) -> dict[str, NodeState]:
+def _states(c: set_ops.CascadeSet) -> dict[str, NodeState]:
     """The state of every member not tagged dead."""
     out = {}
     for name, (_, dead) in sorted(c.nodes.items()):
@@ -171,7 +171,7 @@ def _subscription_order(states: dict[str, NodeState]) -> list[str]:
     return order + [n for n in states if n not in order]
 
 
-def _tables_of(c: manage.Cascade, name: str) -> dict[str, str]:
+def _tables_of(c: set_ops.CascadeSet, name: str) -> dict[str, str]:
     with c.db(name) as db:
         return db.tables()
 
@@ -194,26 +194,26 @@ class Created:
 
 def create_root(name: str, location: str, set_name: str) -> Created:
     """Make the database at ``location`` the root ``name`` of a new set ``set_name``."""
-    ops.check_name(name)
-    ops.check_name(set_name)  # both before the database is opened (which may create a file)
+    node_ops.check_name(name)
+    node_ops.check_name(set_name)  # both before the database is opened (which may create a file)
     location = normalise(location)
     before = _installed(location)
     with _refusals():
-        ops.create_root(name, location, set_name)
+        node_ops.create_root(name, location, set_name)
     return Created(name, Role.ROOT.value, None, set_name, redact_url(location), 0,
                    before is not None)  # fmt: skip
 
 
 def create_subscriber(role: Role, name: str, location: str, provider: str, via: str) -> Created:
     """Add the branch or leaf ``name`` at ``location``, receiving from ``provider``."""
-    ops.check_name(name)
+    node_ops.check_name(name)
     if role is Role.ROOT:
         raise CascadeInputError("use create-root for a root")
     c = open_set(via)
     _known(c, provider)
     location = normalise(location)
     before = _installed(location)
-    # ops.create_subscriber treats any re-run on the same node as done, and would register a
+    # node_ops.create_subscriber treats any re-run on the same node as done, and would register a
     # watermark at a provider the node does not receive from (holding its queue back forever):
     # a re-run must name the same role and provider.
     same_node = before is not None and (before.name, before.set_name) == (name, c.set_name)
@@ -223,7 +223,7 @@ def create_subscriber(role: Role, name: str, location: str, provider: str, via: 
             "use change-provider to move it"
         )
     with _refusals():
-        ops.create_subscriber(role, name, location, provider, c.via)
+        node_ops.create_subscriber(role, name, location, provider, c.via)
     with open_node_db(location) as db:
         st = db.state()
     return Created(name, role.value, provider, st.set_name, redact_url(location), st.position,
@@ -233,7 +233,9 @@ def create_subscriber(role: Role, name: str, location: str, provider: str, via: 
 # -- tables ------------------------------------------------------------------------------------
 
 
-def _check_table_everywhere(c: manage.Cascade, states: dict[str, NodeState], table: str) -> None:
+def _check_table_everywhere(
+    c: set_ops.CascadeSet, states: dict[str, NodeState], table: str
+) -> None:
     """Refuse ``add-table --all`` before anything is written if any live node lacks ``table``,
     it has no primary key, its columns differ from the root's, or a node's provider is dead."""
     shape: tuple[list[str], list[str]] | None = None
@@ -298,7 +300,7 @@ def add_table(
     done = []
     with _refusals():
         for name in names:
-            done.append(TableState(name, table, ops.add_table(c.location(name), table)))
+            done.append(TableState(name, table, node_ops.add_table(c.location(name), table)))
     skipped = sorted(n for n in c.nodes if c.dead(n)) if everywhere else []
     return TableAdded(table, done, skipped)
 
@@ -399,11 +401,11 @@ def emit(via: str, type_: str, data: dict[str, Any]) -> Emitted:
             f"bad event type {type_!r}: I, U, D and baton.* are reserved, use your own name"
         )
     c = open_set(via)
-    root = manage.live_root(c)
+    root = set_ops.live_root(c)
     if root is None:
         raise Refused("no live root in the set: use failover")
     with _refusals():
-        ev_id = ops.emit(c.location(root), type_, data)
+        ev_id = node_ops.emit(c.location(root), type_, data)
     return Emitted(ev_id, type_, root)
 
 
@@ -428,7 +430,7 @@ def change_provider(via: str, node: str, provider: str) -> ProviderChanged:
     with c.db(node) as db:
         previous = db.state().provider
     with _refusals():
-        manage.change_provider(c, node, provider)
+        set_ops.change_provider(c, node, provider)
     return ProviderChanged(node, provider, previous, previous != provider)
 
 
@@ -438,7 +440,7 @@ def candidates(via: str, node: str) -> list[str]:
     with c.db(node) as db:
         if db.state().role is Role.ROOT:
             raise Refused(f"{node} is the root: it has no provider (use switchover)")
-    return manage.candidates(c, node)
+    return set_ops.candidates(c, node)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -454,7 +456,7 @@ def tag(via: str, node: str, dead: bool) -> Tagged:
     c = open_set(via)
     _known(c, node)
     with _refusals():
-        missed = [n for n in manage.tag(c, node, dead) if n != node]
+        missed = [n for n in set_ops.tag(c, node, dead) if n != node]
     return Tagged(node, dead, missed)
 
 
@@ -468,7 +470,7 @@ def set_paused(via: str, node: str, paused: bool) -> Paused:
     """Pause (or resume) ``node``'s worker: it applies nothing while paused."""
     c = open_set(via)
     _known(c, node)
-    manage.set_paused(c, node, paused)
+    set_ops.set_paused(c, node, paused)
     return Paused(node, paused)
 
 
@@ -503,10 +505,10 @@ def switchover(via: str, new_root: str, timeout: float = 60.0) -> Switched:
         raise CascadeInputError(f"bad timeout {timeout!r}: give a number of seconds above 0")
     c = open_set(via)
     _known(c, new_root)  # unknown names first, with the known ones
-    old = manage.live_root(c)
+    old = set_ops.live_root(c)
     try:
         with _refusals():
-            tick = manage.switchover(c, new_root, _poll, timeout)
+            tick = set_ops.switchover(c, new_root, _poll, timeout)
     except NotFinished:
         with c.db(old or new_root) as db:
             switch = db.get_local("switch_tick") or "?"
@@ -518,8 +520,8 @@ def switchover(via: str, new_root: str, timeout: float = 60.0) -> Switched:
     return Switched(new_root, old, tick, old == new_root)
 
 
-def _check_failover(c: manage.Cascade, dead_root: str) -> None:
-    """Refuse a failover that would tag a node dead for nothing: ``manage.failover`` tags first
+def _check_failover(c: set_ops.CascadeSet, dead_root: str) -> None:
+    """Refuse a failover that would tag a node dead for nothing: ``set_ops.failover`` tags first
     and asks questions later."""
     location = c.location(dead_root)
     if c.dead(dead_root):
@@ -531,7 +533,7 @@ def _check_failover(c: manage.Cascade, dead_root: str) -> None:
         role = None  # unreachable, as a dead root usually is
     if role is not None and role is not Role.ROOT:
         raise Refused(f"{dead_root} is a {role}, not the root: use tag-dead for it")
-    other = manage.live_root(c, exclude=dead_root)
+    other = set_ops.live_root(c, exclude=dead_root)
     if other is not None:
         raise Refused(f"{dead_root} is not the root ({other} is): use tag-dead for it")
     for name, (loc, dead) in sorted(c.nodes.items()):
@@ -562,7 +564,7 @@ def failover(via: str, dead_root: str) -> FailedOver:
     c = open_set(via)
     _check_failover(c, dead_root)
     with _refusals():
-        new_root, fork, notes = manage.failover(c, dead_root)
+        new_root, fork, notes = set_ops.failover(c, dead_root)
     return FailedOver(dead_root, new_root, fork, notes)
 
 
@@ -588,7 +590,7 @@ def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
     if save.is_dir():
         raise CascadeInputError(f"{save} is a directory: give a file name")
     with _refusals():
-        saved = manage.resurrect(c, old_root, save)
+        saved = set_ops.resurrect(c, old_root, save)
     with c.db(old_root) as db:
         st = db.state()
     return Resurrected(old_root, st.provider, st.position, saved, str(save))
@@ -597,7 +599,7 @@ def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
 # -- status ------------------------------------------------------------------------------------
 
 
-def member_dict(m: manage.Member) -> dict[str, Any]:
+def member_dict(m: set_ops.Member) -> dict[str, Any]:
     """A member as JSON carries it (its location without a password)."""
     out = dataclasses.asdict(m)
     out["location"] = redact_url(m.location)
@@ -610,7 +612,7 @@ class SetStatus:
     #: The live root (None: use failover).
     root: str | None
     global_watermark: int | None
-    members: list[manage.Member]
+    members: list[set_ops.Member]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -621,17 +623,17 @@ class SetStatus:
         }
 
 
-def members(via: str) -> tuple[str, list[manage.Member]]:
+def members(via: str) -> tuple[str, list[set_ops.Member]]:
     """The set's name and every member: role, provider, position, lag (ticks and seconds),
     paused, dead, reachable, tables."""
     c = open_set(via)
-    return c.set_name, manage.members(c)
+    return c.set_name, set_ops.members(c)
 
 
 def status(via: str) -> SetStatus:
     """The set: its live root, global watermark and members."""
     c = open_set(via)
-    found = manage.members(c)
+    found = set_ops.members(c)
     root = next((m.name for m in found if m.role == Role.ROOT and not m.dead and m.reachable), None)
     watermark = None
     if root is not None:

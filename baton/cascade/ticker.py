@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from baton.cascade.db import NodeDB
 from baton.cascade.model import WATERMARK, Role, Tick
-from baton.cascade.nodedb import CascadeError, NodeDB
+from baton.errors import CascadeError
 
 
 @dataclass(frozen=True, slots=True)

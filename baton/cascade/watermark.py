@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import time
 
-from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
+from baton.cascade.db import NodeDB, open_node_db
+from baton.errors import CascadeError
 from baton.logs import describe
 
 log = logging.getLogger("baton.cascade")

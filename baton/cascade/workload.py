@@ -22,8 +22,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
-from baton.errors import BatonError, CascadeInputError, ConfigError, NotLeader, redact_url
+from baton.cascade.db import open_node_db
+from baton.errors import (
+    BatonError,
+    CascadeError,
+    CascadeInputError,
+    ConfigError,
+    FencedOut,
+    NotLeader,
+    redact_url,
+)
 from baton.logs import describe
 from baton.placement.workload import Workload, WorkloadContext
 from baton.service.node import NodeService
@@ -38,7 +46,7 @@ LIVE_WINDOW = 2.0
 
 class CascadeWorkerSpec(BaseModel):
     """The ``cascade-worker`` type's spec: the node database its service runs on, as
-    :func:`~baton.cascade.nodedb.open_node_db` opens it. An SQLite location is read by the one
+    :func:`~baton.cascade.db.open_node_db` opens it. An SQLite location is read by the one
     parser of SQLite URLs (:func:`baton.store.sqlite_path`), so it takes every spelling the
     store takes and refuses the rest (a directory, no file, query options) when the object is
     created, not when a member starts."""

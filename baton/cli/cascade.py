@@ -25,7 +25,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from baton.cascade import commands, manage
+from baton.cascade import commands, set_ops
 from baton.cascade.model import Role
 from baton.cli.common import EXIT_STORE, EXIT_USAGE, fail
 
@@ -357,7 +357,7 @@ def resurrect(old_root: str, save: Path, via: str | None) -> None:
 # -- status ------------------------------------------------------------------------------------
 
 
-def _print_members(members: Sequence[manage.Member], title: str) -> None:
+def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
     out = Table(title=title)
     for col in ("name", "role", "provider", "tick", "lag", "lag s", "paused", "state"):
         out.add_column(col, overflow="fold")

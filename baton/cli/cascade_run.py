@@ -26,7 +26,7 @@ def run(location: str, store_url: str | None, ttl: float, spark_dir: Path | None
 
     One process per node holds the lease cascade/SET/NODE; its epoch fences every batch the
     worker applies, so a stale worker can never apply after its successor."""
-    from baton.cascade.nodedb import open_node_db
+    from baton.cascade.db import open_node_db
     from baton.errors import NodeUnreachable
     from baton.service.under_lease import run_node
 

@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.cascade.nodedb import FencedOut, open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
+from baton.errors import FencedOut
 from baton.spark.worker import Worker
 
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from baton.cascade.nodedb import FencedOut, NodeUnavailable, open_node_db
+from baton.cascade.db import open_node_db
 from baton.cascade.ticker import TickerConfig
 from baton.election import Election
-from baton.errors import LeaseLost
+from baton.errors import FencedOut, LeaseLost, NodeUnreachable
 from baton.logs import describe
 from baton.service.node import BACKOFF, NodeService
 from baton.store import open_store
@@ -48,7 +48,7 @@ async def node_identity(location: str, stop: asyncio.Event) -> tuple[str, str, b
             with open_node_db(location) as db:
                 st = db.state()
             return st.set_name, st.name, st.provider is not None
-        except NodeUnavailable as exc:
+        except NodeUnreachable as exc:
             if str(exc) != said:
                 log.warning("waiting for the node database", extra={"error": describe(exc)})
                 said = str(exc)

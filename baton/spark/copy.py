@@ -3,7 +3,7 @@
 ``spark.read.format("batontable").option("location", L).option("table", T).load()`` reads a
 node's table in parallel partitions (rowid ranges on SQLite; one partition on PostgreSQL), one
 row per record as a JSON array in the table's column order. :func:`spark_rows` turns that into
-the row reader :func:`baton.cascade.ops.copy_table` takes.
+the row reader :func:`baton.cascade.node_ops.copy_table` takes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from baton.cascade.codec import decode, encode_row
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from baton.cascade.ops import RowReader
+    from baton.cascade.node_ops import RowReader
 
 #: Rows per partition aimed at on SQLite (by rowid range).
 ROWS_PER_PARTITION = 200_000
@@ -56,7 +56,8 @@ class TableReader(DataSourceReader):
             return [RowRange(None, None)]
         import sqlite3
 
-        from baton.cascade.sqlite_db import connect_readonly, ident
+        from baton.cascade.db import ident
+        from baton.cascade.db.sqlite import connect_readonly
         from baton.store import sqlite_path
 
         # Any spelling, as the store; read-only: the provider is another node.
@@ -77,14 +78,15 @@ class TableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
         assert isinstance(partition, RowRange)
         if partition.low is None:
-            from baton.cascade.nodedb import open_node_db
+            from baton.cascade.db import open_node_db
 
             with open_node_db(self.location, readonly=True) as db:
                 for row in db.read_rows(self.table):
                     yield (encode_row(row),)
             return
 
-        from baton.cascade.sqlite_db import connect_readonly, ident
+        from baton.cascade.db import ident
+        from baton.cascade.db.sqlite import connect_readonly
         from baton.store import sqlite_path
 
         # Any spelling, as the store; read-only: the provider is another node.
@@ -101,11 +103,11 @@ class TableReader(DataSourceReader):
 
 
 def spark_rows(spark: SparkSession) -> RowReader:
-    """A row reader for :func:`baton.cascade.ops.copy_table` that reads with Spark."""
+    """A row reader for :func:`baton.cascade.node_ops.copy_table` that reads with Spark."""
     spark.dataSource.register(TableSource)
 
     def read(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
-        from baton.cascade.nodedb import open_node_db
+        from baton.cascade.db import open_node_db
 
         with open_node_db(location, readonly=True) as db:
             cols, _ = db.columns(table)

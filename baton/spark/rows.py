@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baton.cascade.model import ROW_TYPES, Event, Tick
-from baton.cascade.nodedb import CascadeError
+from baton.errors import CascadeError
 
 if TYPE_CHECKING:
     import pyarrow as pa

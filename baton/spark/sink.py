@@ -50,7 +50,7 @@ def apply_arrow(
     the table must hold every event of the micro-batch. None when it holds no tick (an empty
     micro-batch)."""
     from baton.cascade.apply import apply_batch
-    from baton.cascade.nodedb import open_node_db
+    from baton.cascade.db import open_node_db
     from baton.spark import rows
 
     with open_node_db(subscriber) as db:
@@ -83,7 +83,7 @@ class BatonApplySink(DataSource):
 
 class ApplyWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str]) -> None:
-        from baton.cascade.nodedb import CascadeError
+        from baton.errors import CascadeError
 
         subscriber = options.get("subscriber")
         epoch = options.get("epoch")
@@ -96,7 +96,7 @@ class ApplyWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         import pyarrow as pa
 
-        from baton.cascade.nodedb import FencedOut
+        from baton.errors import FencedOut
 
         batches = list(iterator)
         if not batches:

@@ -61,7 +61,7 @@ def _option(options: dict[str, str], key: str) -> str | None:
 
 class BatonStreamReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
-        from baton.cascade.nodedb import CascadeError
+        from baton.errors import CascadeError
 
         provider = _option(options, "provider")
         if not provider:
@@ -73,7 +73,7 @@ class BatonStreamReader(DataSourceStreamReader):
         self.max_events = int(_option(options, "maxEvents") or 50_000)
 
     def _db(self, location: str) -> Any:
-        from baton.cascade.nodedb import open_node_db
+        from baton.cascade.db import open_node_db
 
         # The provider is another node: read it without ever taking its write lock.
         return open_node_db(location, readonly=location == self.provider)
@@ -124,7 +124,7 @@ class BatonStreamReader(DataSourceStreamReader):
                 and ticks[0].tick_id == partition.start + 1
             )
             if not complete:
-                from baton.cascade.nodedb import CascadeError
+                from baton.errors import CascadeError
 
                 have = ticks[-1].tick_id if ticks else "none"
                 raise CascadeError(

@@ -22,9 +22,10 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
-from baton.cascade.ops import copy_ready, copy_table
+from baton.cascade.db import open_node_db
+from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
+from baton.errors import CascadeError, FencedOut
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

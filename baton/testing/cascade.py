@@ -19,10 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from baton.cascade import ops
-from baton.cascade.manage import Cascade
+from baton.cascade import node_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.set_ops import CascadeSet
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.spark.worker import Worker
@@ -44,10 +44,10 @@ def root_and_branch(directory: Path) -> dict[str, str]:
     loc = {n: f"sqlite://{directory / n}.db" for n in ("s1", "s2")}
     for n in loc:
         create_accounts(directory / f"{n}.db")
-    ops.create_root("s1", loc["s1"], "S")
-    ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    node_ops.create_root("s1", loc["s1"], "S")
+    node_ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
     for n in ("s1", "s2"):
-        ops.add_table(loc[n], "accounts")
+        node_ops.add_table(loc[n], "accounts")
     with open_node_db(loc["s1"]) as root, root.transaction() as cur:
         root.set_watermark(cur, "audit", 1)
     return loc
@@ -107,7 +107,7 @@ class LocalSet:
     def root(self, name: str, ticker: bool = True) -> None:
         """Create root ``name``; ``ticker``: start its ticker now (else :meth:`start_ticker`)."""
         self._create(name)
-        ops.create_root(name, self.location(name), self.set_name)
+        node_ops.create_root(name, self.location(name), self.set_name)
         self.roles[name] = Role.ROOT
         if ticker:
             self.start_ticker()
@@ -124,7 +124,9 @@ class LocalSet:
 
     def _subscriber(self, role: Role, name: str, provider: str) -> None:
         self._create(name)
-        ops.create_subscriber(role, name, self.location(name), provider, self.location(provider))
+        node_ops.create_subscriber(
+            role, name, self.location(name), provider, self.location(provider)
+        )
         self.roles[name] = role
 
     def add_table(self, table: str) -> None:
@@ -137,16 +139,16 @@ class LocalSet:
                 with open_node_db(self.location(name)) as db:
                     st = db.state()
                 if st.provider is None or st.provider in done:
-                    if ops.add_table(self.location(name), table) == "copying":
+                    if node_ops.add_table(self.location(name), table) == "copying":
                         # What the node's worker does, here at once: copy with Spark.
                         from baton.spark.copy import spark_rows
 
-                        ops.copy_table(self.location(name), table, spark_rows(self.spark))
+                        node_ops.copy_table(self.location(name), table, spark_rows(self.spark))
                     done.add(name)
 
-    def cascade(self, via: str | None = None) -> Cascade:
+    def cascade(self, via: str | None = None) -> CascadeSet:
         live = via or next(n for n in self.roles if n not in self.dead)
-        return Cascade(self.location(live))
+        return CascadeSet(self.location(live))
 
     def current_root(self) -> str | None:
         for name in self.roles:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from baton.cascade import manage, ops
+from baton.cascade import node_ops, set_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.spark.worker import Worker
 from baton.testing.servers import PostgresServer
@@ -45,7 +45,7 @@ def test_postgres_root_branch_sqlite_leaf(
     loc = {"p1": pg_locations[0], "p2": pg_locations[1], "p3": f"sqlite://{tmp_path}/p3.db"}
     for location in loc.values():
         create_accounts(location)
-    ops.create_root("p1", loc["p1"], "P")
+    node_ops.create_root("p1", loc["p1"], "P")
     halt = threading.Event()
     root = ["p1"]
 
@@ -62,10 +62,10 @@ def test_postgres_root_branch_sqlite_leaf(
 
     tick_thread = threading.Thread(target=ticker, daemon=True)
     tick_thread.start()
-    ops.create_subscriber(Role.BRANCH, "p2", loc["p2"], "p1", loc["p1"])
-    ops.create_subscriber(Role.LEAF, "p3", loc["p3"], "p2", loc["p2"])
+    node_ops.create_subscriber(Role.BRANCH, "p2", loc["p2"], "p1", loc["p1"])
+    node_ops.create_subscriber(Role.LEAF, "p3", loc["p3"], "p2", loc["p2"])
     for n in ("p1", "p2", "p3"):
-        ops.add_table(loc[n], "accounts")
+        node_ops.add_table(loc[n], "accounts")
     workers = {n: Worker(spark, loc[n], epoch=1) for n in ("p2", "p3")}
     for w in workers.values():
         w.start()
@@ -113,7 +113,7 @@ def test_postgres_root_branch_sqlite_leaf(
         assert rows("p3") == expected
 
         # Switchover: p2 becomes the root, p1 its branch; writes go on at p2.
-        c = manage.Cascade(loc["p2"])
+        c = set_ops.CascadeSet(loc["p2"])
 
         def wait(cond: object, timeout: float) -> None:
             def checked() -> bool:
@@ -123,7 +123,7 @@ def test_postgres_root_branch_sqlite_leaf(
 
             wait_for(checked, timeout=timeout)
 
-        manage.switchover(c, "p2", wait, 60)
+        set_ops.switchover(c, "p2", wait, 60)
         root[0] = "p2"
         workers["p1"] = Worker(spark, loc["p1"], epoch=1)
         workers["p1"].start()

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from baton.cascade import ops
+from baton.cascade import node_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.cascade.nodedb import open_node_db
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.spark.worker import Worker
 from baton.testing.waiting import wait_for
@@ -44,13 +44,13 @@ def cascade(tmp_path: Path) -> Iterator[dict[str, str]]:
     loc = {n: f"sqlite://{tmp_path / n}.db" for n in ("s1", "s2", "s3")}
     for n in loc:
         create_accounts(tmp_path / f"{n}.db")
-    ops.create_root("s1", loc["s1"], "S")
+    node_ops.create_root("s1", loc["s1"], "S")
     ticker = Ticker(loc["s1"])
     ticker.start()
-    ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
-    ops.create_subscriber(Role.LEAF, "s3", loc["s3"], "s2", loc["s2"])
+    node_ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    node_ops.create_subscriber(Role.LEAF, "s3", loc["s3"], "s2", loc["s2"])
     for n in ("s1", "s2", "s3"):
-        ops.add_table(loc[n], "accounts")
+        node_ops.add_table(loc[n], "accounts")
     yield loc
     ticker.halt.set()
     ticker.join()

@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from baton.cascade.db import NodeDB, open_node_db
+from baton.cascade.db.postgres import PostgresNodeDB
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import CascadeError, NodeDB, open_node_db
-from baton.cascade.postgres_db import PostgresNodeDB
+from baton.errors import CascadeError
 from baton.testing.servers import PostgresServer
 
 ACCOUNTS = (

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from baton.cascade import manage, ops
+from baton.cascade import node_ops, set_ops
 from baton.cascade.apply import apply_batch
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Event, Role
-from baton.cascade.nodedb import CascadeError, FencedOut, open_node_db
+from baton.errors import CascadeError, FencedOut
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
@@ -54,17 +55,17 @@ def test_loss_of_s3_leaf_moves_to_s1_or_s2(seed_set: LocalSet) -> None:
     c = s.cascade()
     # S3 is lost: S4 can receive from S1 or S2 (not from itself, a leaf, or the dead S3).
     s.stop_worker("s3")
-    manage.tag(c, "s3", True)
+    set_ops.tag(c, "s3", True)
     s.dead.add("s3")
     # S2 may be an idle tick behind S4 (they apply independently): a provider must have the
     # tick S4 is at, so wait for S2 to get there.
     s.wait_synced(["s2"], upto=s.state("s4").position)
-    assert manage.candidates(c, "s4") == ["s1", "s2"]
-    manage.change_provider(c, "s4", "s2")
+    assert set_ops.candidates(c, "s4") == ["s1", "s2"]
+    set_ops.change_provider(c, "s4", "s2")
     run_workload(s.path("s1"), 50, seed=2)
     s.wait_synced(["s2", "s4"])
     equal_everywhere(s, ["s1", "s2", "s4"])
-    manage.change_provider(c, "s4", "s1")
+    set_ops.change_provider(c, "s4", "s1")
     run_workload(s.path("s1"), 30, seed=3)
     s.wait_synced(["s2", "s4"])
     equal_everywhere(s, ["s1", "s2", "s4"])
@@ -82,9 +83,9 @@ def test_loss_of_s1_s3_from_s2_then_failover(seed_set: LocalSet, tmp_path: Path)
         last = root.last_tick()
     assert last is not None
     s.wait_synced(["s2", "s3"], upto=last.tick_id)
-    manage.change_provider(c, "s3", "s2")
+    set_ops.change_provider(c, "s3", "s2")
     assert s.state("s3").provider == "s2"
-    new_root, fork, notes = manage.failover(c, "s1")
+    new_root, fork, notes = set_ops.failover(c, "s1")
     assert new_root in ("s2", "s3") and fork >= top and notes == []
     assert s.state(new_root).role is Role.ROOT
     # Writes now go to the new root; everyone follows it.
@@ -100,7 +101,7 @@ def test_loss_of_s1_s3_from_s2_then_failover(seed_set: LocalSet, tmp_path: Path)
     assert lost_tick is not None
     run_workload(s.path("s1"), 2, seed=16)  # and some it never ticked
     saved = tmp_path / "lost.jsonl"
-    n = manage.resurrect(c, "s1", saved)
+    n = set_ops.resurrect(c, "s1", saved)
     records = [json.loads(line) for line in saved.read_text().splitlines()]
     assert n > 0 and len(records) == n
     assert all(r["table"] == "accounts" for r in records)
@@ -130,7 +131,7 @@ def test_switchover_loses_nothing(seed_set: LocalSet) -> None:
 
         wait_for(checked, timeout=timeout)
 
-    switch = manage.switchover(c, "s2", wait, 60)
+    switch = set_ops.switchover(c, "s2", wait, 60)
     assert s.state("s2").role is Role.ROOT and s.state("s1").provider == "s2"
     s.start_worker("s1")
     run_workload(s.path("s2"), 60, seed=9)
@@ -146,18 +147,18 @@ def test_switchover_loses_nothing(seed_set: LocalSet) -> None:
 def test_pause_resume_and_cycles(seed_set: LocalSet) -> None:
     s = seed_set
     c = s.cascade()
-    manage.set_paused(c, "s4", True)
+    set_ops.set_paused(c, "s4", True)
     run_workload(s.path("s1"), 20, seed=10)
     s.wait_synced(["s2", "s3"])
     before = s.state("s4").position
     s.check_workers()
     assert s.state("s4").position == before  # paused: applies nothing
-    manage.set_paused(c, "s4", False)
+    set_ops.set_paused(c, "s4", False)
     s.wait_synced(["s4"])
     equal_everywhere(s, ["s1", "s3", "s4"])
     # Bad provider changes are refused and change nothing.
     with pytest.raises(CascadeError, match="is a leaf"):
-        manage.change_provider(c, "s3", "s4")
+        set_ops.change_provider(c, "s3", "s4")
 
     # s2 can move under s3 once s3 has every tick s2 has (both follow s1; wait for them).
     def s3_has_all() -> bool:
@@ -165,13 +166,13 @@ def test_pause_resume_and_cycles(seed_set: LocalSet) -> None:
         return bool(s.state("s3").position >= s.state("s2").position)
 
     wait_for(s3_has_all, timeout=60)
-    manage.change_provider(c, "s2", "s3")
+    set_ops.change_provider(c, "s2", "s3")
     with pytest.raises(CascadeError, match="cycle"):
-        manage.change_provider(c, "s3", "s2")
+        set_ops.change_provider(c, "s3", "s2")
     with pytest.raises(CascadeError, match="unknown node"):
-        manage.change_provider(c, "s3", "nope")
+        set_ops.change_provider(c, "s3", "nope")
     with pytest.raises(CascadeError, match="own provider"):
-        manage.change_provider(c, "s3", "s3")
+        set_ops.change_provider(c, "s3", "s3")
     assert s.state("s3").provider == "s1" and s.state("s2").provider == "s3"
 
 
@@ -201,24 +202,24 @@ def test_bad_input(tmp_path: Path, spark: SparkSession) -> None:
         with open_node_db(s.location("r")) as db, db.transaction() as cur:
             cur.execute("CREATE TABLE nokey (a INTEGER, b TEXT)")
         with pytest.raises(CascadeError, match="no primary key"):
-            ops.add_table(s.location("r"), "nokey")
+            node_ops.add_table(s.location("r"), "nokey")
         with pytest.raises(CascadeError, match="no table"):
-            ops.add_table(s.location("r"), "missing")
+            node_ops.add_table(s.location("r"), "missing")
         with pytest.raises(CascadeError, match="bad node location"):
-            ops.create_root("x", "mysql://h/db", "S")
+            node_ops.create_root("x", "mysql://h/db", "S")
         with pytest.raises(CascadeError, match="does not exist"):
-            ops.create_root("x", "sqlite:///no/such/dir/x.db", "S")
+            node_ops.create_root("x", "sqlite:///no/such/dir/x.db", "S")
         with pytest.raises(CascadeError, match="unknown node"):
-            ops.create_subscriber(Role.BRANCH, "b", s.location("b"), "zz", s.location("r"))
+            node_ops.create_subscriber(Role.BRANCH, "b", s.location("b"), "zz", s.location("r"))
         with pytest.raises(CascadeError, match="bad node name"):
-            ops.create_root("bad name", s.location("q"), "S")
+            node_ops.create_root("bad name", s.location("q"), "S")
         assert s.state("r").role is Role.ROOT
 
 
 def test_retention_by_watermark(seed_set: LocalSet) -> None:
     s = seed_set
     c = s.cascade()
-    manage.set_paused(c, "s4", True)
+    set_ops.set_paused(c, "s4", True)
     run_workload(s.path("s1"), 40, seed=13)
     s.wait_synced(["s2", "s3"])
     held = s.state("s4").position
@@ -229,7 +230,7 @@ def test_retention_by_watermark(seed_set: LocalSet) -> None:
         assert root.get_tick(held) is not None
     with open_node_db(s.location("s3")) as s3:
         assert s3.get_tick(held) is not None
-    manage.set_paused(c, "s4", False)
+    set_ops.set_paused(c, "s4", False)
     top = s.wait_synced()
     # Once everyone has it, the watermark passes it and every queue is trimmed below it.
     with open_node_db(s.location("s1")) as root:

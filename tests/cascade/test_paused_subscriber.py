@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.db import open_node_db
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload

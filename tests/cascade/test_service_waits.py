@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from baton.cascade import ops
-from baton.cascade.nodedb import open_node_db
+from baton.cascade import node_ops
+from baton.cascade.db import open_node_db
 from baton.errors import NodeUnreachable
 from baton.testing.processes import Proc
 from baton.testing.servers import PostgresServer
@@ -27,7 +27,7 @@ def test_locked_sqlite_node_is_unavailable_not_bad_input(tmp_path: Path) -> None
     path = tmp_path / "s1.db"
     create_accounts(path)
     location = f"sqlite://{path}"
-    ops.create_root("s1", location, "S")
+    node_ops.create_root("s1", location, "S")
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another writer, holding the lock
     try:
@@ -47,8 +47,8 @@ def test_root_service_waits_for_its_database(tmp_path: Path) -> None:
             admin.execute("CREATE DATABASE s1")
         location = f"postgresql://postgres@127.0.0.1:{pg.port}/s1"
         create_accounts(location)
-        ops.create_root("s1", location, "S")
-        ops.add_table(location, "accounts")
+        node_ops.create_root("s1", location, "S")
+        node_ops.add_table(location, "accounts")
         argv = [BATON, "cascade", "run", location, "--store", f"sqlite://{tmp_path}/store.db",
                 "--ttl", "2"]  # fmt: skip
         proc = Proc("s1", argv, tmp_path / "s1.log")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.db import open_node_db
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from baton.cascade import codec
+from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.model import Tick
-from baton.cascade.nodedb import NodeDB, open_node_db
-from baton.cascade.ops import _apply_table_events
+from baton.cascade.node_ops import _apply_table_events
 from baton.testing.servers import PostgresServer
 
 SETTINGS = settings(

@@ -13,7 +13,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.db import open_node_db
 from baton.testing.cascade import root_and_branch
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for

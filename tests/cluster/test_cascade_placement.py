@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.db import open_node_db
 from baton.placement.records import create_object, make_object
 from baton.store import open_store
 from baton.testing.cascade import root_and_branch

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.cascade import ops
+from baton.cascade import node_ops
 from baton.cascade.apply import apply_batch, reduce_events
-from baton.cascade.nodedb import open_node_db
+from baton.cascade.db import open_node_db
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
 from baton.testing import await_for, free_port
@@ -66,7 +66,7 @@ async def build(c: httpx.AsyncClient, s: Set) -> None:
         await call(c, "POST", f"create-{kind}", body)
     await call(c, "POST", "add-table", {"table": "accounts", "all": True, "via": via})
     for name in NAMES[1:]:
-        ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
+        node_ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
 
 
 def catch_up(location: str) -> int:
@@ -121,7 +121,7 @@ async def test_build_and_operate_a_set(agent: NodeAgent, cset: Set) -> None:
         q = {"node": "s4", "via": via}
         assert await call(c, "GET", "tables", q) == {"accounts": "copying"}
         for name in NAMES[1:]:
-            ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
+            node_ops.copy_table(s.loc(name), "accounts")  # what each node's worker does, with Spark
         assert await call(c, "GET", "tables", q) == {"accounts": "ok"}
         assert await call(c, "GET", "missing", q) == {"node": "s4", "provider": "s3",
                                                       "tables": []}  # fmt: skip
@@ -406,7 +406,7 @@ async def test_every_cascade_route_needs_the_token(
     }
     assert routes == ROUTES
     s_loc = cset.loc("s1")
-    ops.create_root("s1", s_loc, "S")
+    node_ops.create_root("s1", s_loc, "S")
 
     def seen() -> tuple[Any, ...]:
         with open_node_db(s_loc) as db:

@@ -20,8 +20,8 @@ import pytest
 import baton
 from baton import errors
 from baton.cascade import commands
-from baton.cascade.nodedb import open_node_db
-from baton.cascade.sqlite_db import SQLiteNodeDB
+from baton.cascade.db import open_node_db
+from baton.cascade.db.sqlite import SQLiteNodeDB
 from baton.errors import (
     BatonError,
     CascadeError,
@@ -134,13 +134,10 @@ def test_kinds() -> None:
 
 
 def test_old_import_paths_name_the_same_classes() -> None:
-    from baton.cascade import nodedb
     from baton.node.peers import PeerError
     from baton.placement.workload import NotLeader
     from baton.testing.waiting import WaitTimeout
 
-    assert nodedb.CascadeError is CascadeError and nodedb.FencedOut is FencedOut
-    assert nodedb.NodeUnavailable is NodeUnreachable  # its old name
     assert commands.Refused is Refused and commands.NotFinished is NotFinished
     assert NotLeader is errors.NotLeader and PeerError is errors.PeerError
     assert issubclass(WaitTimeout, AssertionError) and WaitTimeout is errors.WaitTimeout
@@ -214,9 +211,9 @@ def test_sqlite_node_database_translates_at_its_boundary(tmp_path: Path) -> None
 
     node = tmp_path / "n.db"
     location = f"sqlite://{node}"
-    from baton.cascade import ops
+    from baton.cascade import node_ops
 
-    ops.create_root("n1", location, "S")
+    node_ops.create_root("n1", location, "S")
     # A writer holding the file exclusively (WAL readers are otherwise never blocked).
     holder = sqlite3.connect(node, isolation_level=None)
     holder.execute("PRAGMA locking_mode = EXCLUSIVE")

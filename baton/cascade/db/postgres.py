@@ -64,9 +64,9 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from baton.cascade.codec import ExactNumber
+from baton.cascade.db.base import NodeDB, ident
+from baton.cascade.db.sqlite import TABLES
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import NodeDB
-from baton.cascade.sqlite_db import TABLES, ident
 from baton.errors import (
     CascadeError,
     CascadeInputError,

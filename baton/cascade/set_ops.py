@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from baton.cascade.codec import decode
+from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.model import WATERMARK, Role
-from baton.cascade.nodedb import NodeDB, open_node_db
 from baton.cascade.ticker import TickerConfig
 from baton.errors import CascadeError, CascadeInputError, Refused
 
 
-class Cascade:
+class CascadeSet:
     """The set, seen through the node list at ``via``."""
 
     def __init__(self, via: str) -> None:
@@ -76,7 +76,7 @@ class Cascade:
 # -- provider changes --------------------------------------------------------------------
 
 
-def candidates(c: Cascade, node: str) -> list[str]:
+def candidates(c: CascadeSet, node: str) -> list[str]:
     """The nodes that can be ``node``'s provider now: they carry the queue, are not dead, are
     not ``node`` or below it (no cycle), and still have the tick ``node`` is at."""
     with c.db(node) as db:
@@ -93,7 +93,7 @@ def candidates(c: Cascade, node: str) -> list[str]:
     return out
 
 
-def _check_provider(c: Cascade, node: str, provider: str, position: int) -> None:
+def _check_provider(c: CascadeSet, node: str, provider: str, position: int) -> None:
     if provider == node:
         raise CascadeInputError(f"{node} cannot be its own provider")
     c.location(provider)  # an unknown name is refused here, with the known ones
@@ -115,7 +115,7 @@ def _check_provider(c: Cascade, node: str, provider: str, position: int) -> None
             )
 
 
-def change_provider(c: Cascade, node: str, provider: str) -> None:
+def change_provider(c: CascadeSet, node: str, provider: str) -> None:
     """Point ``node`` at ``provider``; its worker follows within one micro-batch."""
     with c.db(node) as db:
         st = db.state()
@@ -140,7 +140,7 @@ def change_provider(c: Cascade, node: str, provider: str) -> None:
         _release_dead(c, old)
 
 
-def _hold_upwards(c: Cascade, node: str, position: int) -> None:
+def _hold_upwards(c: CascadeSet, node: str, position: int) -> None:
     """Lower the watermark ``node`` has reported up its chain to ``position`` at once, so the
     root cannot trim ticks a newly attached subscriber still needs before ``node`` reports again
     (its next report includes the new subscriber)."""
@@ -154,7 +154,7 @@ def _hold_upwards(c: Cascade, node: str, position: int) -> None:
         child = parent
 
 
-def _subscribers_of(c: Cascade, node: str) -> list[str]:
+def _subscribers_of(c: CascadeSet, node: str) -> list[str]:
     """Live nodes whose provider is ``node``."""
     out = []
     for name, (loc, dead) in sorted(c.nodes.items()):
@@ -169,7 +169,7 @@ def _subscribers_of(c: Cascade, node: str) -> list[str]:
     return out
 
 
-def _prune_subscribers(c: Cascade, node: str) -> None:
+def _prune_subscribers(c: CascadeSet, node: str) -> None:
     """Drop ``node``'s watermark entries for nodes that no longer receive from it (an old root
     keeps its former subscribers' entries, which would pin the watermark for ever)."""
     current = set(_subscribers_of(c, node))
@@ -181,7 +181,7 @@ def _prune_subscribers(c: Cascade, node: str) -> None:
                     db.drop_subscriber(cur, name)
 
 
-def _release_dead(c: Cascade, node: str) -> None:
+def _release_dead(c: CascadeSet, node: str) -> None:
     """Drop a dead node's watermark registration once no live node receives from it. Until
     then its last report keeps holding the queue back for the nodes below it (they still need
     those ticks to move to another provider)."""
@@ -199,7 +199,7 @@ def _release_dead(c: Cascade, node: str) -> None:
 # -- dead and alive ------------------------------------------------------------------------
 
 
-def tag(c: Cascade, node: str, dead: bool) -> list[str]:
+def tag(c: CascadeSet, node: str, dead: bool) -> list[str]:
     """Tag ``node`` dead (or alive) in every reachable node list; the nodes not reached. A dead
     node is no provider candidate; it stops holding back the watermark once no live node
     receives from it."""
@@ -218,7 +218,7 @@ def tag(c: Cascade, node: str, dead: bool) -> list[str]:
     return missed
 
 
-def set_paused(c: Cascade, node: str, paused: bool) -> None:
+def set_paused(c: CascadeSet, node: str, paused: bool) -> None:
     """Pause (or resume) ``node``'s worker: it applies nothing while paused."""
     with c.db(node) as db, db.transaction() as cur:
         db.set_local(cur, "paused", "1" if paused else "0")
@@ -242,7 +242,7 @@ class Member:
     tables: dict[str, str]
 
 
-def members(c: Cascade) -> list[Member]:
+def members(c: CascadeSet) -> list[Member]:
     """Every node with its position and lag behind the root (in ticks and seconds)."""
     root_last = None
     root_db_loc = None
@@ -323,7 +323,7 @@ def _demote(db: NodeDB, provider: str, position: int) -> None:
 
 
 def switchover(
-    c: Cascade, new_root: str, wait: Callable[[Callable[[], bool], float], None], timeout: float
+    c: CascadeSet, new_root: str, wait: Callable[[Callable[[], bool], float], None], timeout: float
 ) -> int:
     """Planned: ``new_root`` (a branch) becomes the root and the old root its branch, with no
     event lost or applied twice. The old root stops capturing and makes a last tick in one
@@ -378,7 +378,7 @@ def switchover(
     return switch
 
 
-def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
+def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live queue-carrying node with
     the highest tick, and redirect every node that received from the dead root to the new root.
     Returns (new root, fork tick, notes about nodes that need attention)."""
@@ -440,7 +440,7 @@ def failover(c: Cascade, dead_root: str) -> tuple[str, int, list[str]]:
     return new_root, fork, notes
 
 
-def resurrect(c: Cascade, old_root: str, out: Path) -> int:
+def resurrect(c: CascadeSet, old_root: str, out: Path) -> int:
     """An old root came back after a failover. Its events after the fork point never reached
     the set: write them to ``out`` (JSON lines), drop its ticks after the fork, and make it a
     branch of the current root. The keys those events touched are copied again from the new
@@ -543,7 +543,7 @@ def _event_dict(e: object) -> dict[str, object]:
     return {f: getattr(e, f) for f in fields}
 
 
-def live_root(c: Cascade, exclude: str | None = None) -> str | None:
+def live_root(c: CascadeSet, exclude: str | None = None) -> str | None:
     """The reachable member, not tagged dead (nor ``exclude``), that is a root, if any."""
     for name, (loc, dead) in sorted(c.nodes.items()):
         if dead or name == exclude:
@@ -557,20 +557,20 @@ def live_root(c: Cascade, exclude: str | None = None) -> str | None:
     return None
 
 
-def _find_root(c: Cascade, exclude: str | None = None) -> str:
+def _find_root(c: CascadeSet, exclude: str | None = None) -> str:
     root = live_root(c, exclude)
     if root is None:
         raise Refused("no live root in the set: use failover")
     return root
 
 
-def _root_since(c: Cascade, root: str) -> int:
+def _root_since(c: CascadeSet, root: str) -> int:
     with c.db(root) as db:
         return int(db.get_local("root_since") or 0)
 
 
 __all__ = [
-    "Cascade",
+    "CascadeSet",
     "TickerConfig",
     "candidates",
     "change_provider",

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from baton.cascade.apply import apply_batch, reduce_events
+from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.model import ROW_TYPES, Role
-from baton.cascade.nodedb import NodeDB, open_node_db
 from baton.errors import CascadeInputError, Refused
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")

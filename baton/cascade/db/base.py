@@ -3,7 +3,7 @@ the subscribers' watermarks, and its replicated tables.
 
 This is synchronous code on purpose: it runs inside Spark's Python workers and in the CLI as
 well as in the node agent (which calls it through ``asyncio.to_thread``). One class per
-backend; :func:`open_node_db` picks it from the location's scheme.
+backend; :func:`baton.cascade.db.open_node_db` picks it from the location's scheme.
 
 Tables (all prefixed ``baton_`` so they never collide with replicated ones):
 
@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from baton.cascade.model import Event, NodeState, Role, Tick
 from baton.errors import (
-    CascadeError,
     CascadeInputError,
-    FencedOut,
-    NodeDatabaseError,
-    NodeUnreachable,
     NotANode,
 )
 
-#: The old name of :class:`~baton.errors.NodeUnreachable` (importers that still use it).
-NodeUnavailable = NodeUnreachable
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def ident(name: str) -> str:
+    """``name`` quoted as an SQL identifier, after checking it is a plain one (the same rule on
+    every backend)."""
+    if not _IDENT.match(name):
+        raise CascadeInputError(f"bad table or column name {name!r}: use letters, digits and '_'")
+    return f'"{name}"'
 
 
 class NodeDB(abc.ABC):
@@ -256,35 +260,4 @@ class NodeDB(abc.ABC):
         """Every row of ``table``, ordered by primary key (for copy and compare)."""
 
 
-def open_node_db(location: str, readonly: bool = False) -> NodeDB:
-    """The node database at ``location`` (``sqlite:///path`` or ``postgresql://...``).
-
-    ``readonly``: for reading *another* node's database (a provider's queue or tables, a
-    subscriber's position). A process may be paused at any moment, and what it holds on another
-    node's database must never stop that node: a read-only SQLite connection takes no write
-    lock at all, not even the checkpoint a last connection makes when it closes."""
-    if location.startswith("sqlite:"):
-        from baton.cascade.sqlite_db import SQLiteNodeDB
-
-        return SQLiteNodeDB(location, readonly=readonly)
-    if location.startswith(("postgresql:", "postgres:")):
-        from baton.cascade.postgres_db import PostgresNodeDB
-
-        return PostgresNodeDB.open(location)
-    raise CascadeInputError(
-        f"bad node location {location.split('://', 1)[0]!r}: use sqlite:///path/node.db or "
-        "postgresql://user@host/db"
-    )
-
-
-__all__ = [
-    "CascadeError",
-    "CascadeInputError",
-    "FencedOut",
-    "NodeDB",
-    "NodeDatabaseError",
-    "NodeUnavailable",
-    "NodeUnreachable",
-    "NotANode",
-    "open_node_db",
-]
+__all__ = ["NodeDB", "ident"]

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from baton.cascade.codec import sqlite_value_sql
+from baton.cascade.db.base import NodeDB, ident
 from baton.cascade.model import Event, Tick
-from baton.cascade.nodedb import NodeDB
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -29,7 +29,6 @@ from baton.errors import (
 )
 from baton.store import sqlite_path
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 SCHEMA = """
@@ -107,13 +106,6 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     never stops that node's writers."""
     uri = f"{path.resolve().as_uri()}?mode=ro"
     return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0)
-
-
-def ident(name: str) -> str:
-    """``name`` quoted as an SQL identifier, after checking it is a plain one."""
-    if not _IDENT.match(name):
-        raise CascadeInputError(f"bad table or column name {name!r}: use letters, digits and '_'")
-    return f'"{name}"'
 
 
 class SQLiteNodeDB(NodeDB):

@@ -1,0 +1,16 @@
+"""The cascade's queue domain (seed 004): node databases, events, ticks and batches, the apply
+step, and the operations on nodes and sets. No Spark and no elections here: the Spark pipeline
+is :mod:`baton.spark`, and running a node (ticker or worker, under a lease or as a placed
+object) is :mod:`baton.service`.
+
+- :mod:`~baton.cascade.model`: events, ticks, roles, a node's state;
+- :mod:`~baton.cascade.codec`: row images as JSON, bit for bit;
+- :mod:`~baton.cascade.db`: node databases (SQLite, PostgreSQL) and :func:`open_node_db`;
+- :mod:`~baton.cascade.ticker`: ticks and the global watermark at the root;
+- :mod:`~baton.cascade.watermark`: providers pulling their subscribers' watermarks;
+- :mod:`~baton.cascade.apply`: one micro-batch applied in one fenced transaction;
+- :mod:`~baton.cascade.node_ops`: operations on one node (create, add a table, copy, emit);
+- :mod:`~baton.cascade.set_ops`: operations on a set (:class:`CascadeSet`: providers, tags,
+  pause, switchover, failover, resurrect, members);
+- :mod:`~baton.cascade.commands`: the checked operations the CLI and the node API share.
+"""
