@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from baton.cascade import set_ops
+from baton.cascade import commands
 from baton.spark.session import build_session
 from baton.testing.cascade import LocalSet
 from baton.testing.workload import run_workload
@@ -63,8 +63,9 @@ def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
             s.dead.add("root")
             died = time.monotonic()
             console.print(f"the root died after {writer.changes} row changes; failing over...")
-            c = s.cascade("branch")
-            new_root, fork, notes = set_ops.failover(c, "root")
+            via = s.location("branch")
+            done = commands.failover(via, "root")  # what `baton cascade failover` runs
+            new_root, fork, notes = done.new_root, done.fork, done.notes
             step("failover", time.monotonic() - died,
                  f"{new_root} promoted at tick {fork}" + (f"; {notes}" if notes else ""),
                  new_root == "branch")  # fmt: skip
@@ -81,7 +82,7 @@ def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
                  f"{rows} rows; {after.changes} changes written at the new root", same)  # fmt: skip
             ok &= same
             saved = workdir / "resurrected-events.jsonl"
-            n = set_ops.resurrect(c, "root", saved)
+            n = commands.resurrect(via, "root", saved).saved
             s.dead.discard("root")
             s.start_worker("root")
             s.wait_synced(["root", "leaf"], timeout=120)

@@ -1,5 +1,6 @@
 """``LocalSet``: a cascade of SQLite node databases in one directory, with the root's ticker in
-a thread and Spark workers in this process, for tests and the demo.
+a thread and Spark workers in this process, for tests and the demo. It builds the set through
+the same checked operations as the CLI and the node API (:mod:`baton.cascade.commands`).
 
 ::
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from baton.cascade import node_ops
+from baton.cascade import commands, node_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
@@ -44,10 +45,10 @@ def root_and_branch(directory: Path) -> dict[str, str]:
     loc = {n: f"sqlite://{directory / n}.db" for n in ("s1", "s2")}
     for n in loc:
         create_accounts(directory / f"{n}.db")
-    node_ops.create_root("s1", loc["s1"], "S")
-    node_ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    commands.create_root("s1", loc["s1"], "S")
+    commands.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
     for n in ("s1", "s2"):
-        node_ops.add_table(loc[n], "accounts")
+        commands.add_table(loc["s1"], "accounts", n)
     with open_node_db(loc["s1"]) as root, root.transaction() as cur:
         root.set_watermark(cur, "audit", 1)
     return loc
@@ -107,7 +108,7 @@ class LocalSet:
     def root(self, name: str, ticker: bool = True) -> None:
         """Create root ``name``; ``ticker``: start its ticker now (else :meth:`start_ticker`)."""
         self._create(name)
-        node_ops.create_root(name, self.location(name), self.set_name)
+        commands.create_root(name, self.location(name), self.set_name)
         self.roles[name] = Role.ROOT
         if ticker:
             self.start_ticker()
@@ -124,7 +125,7 @@ class LocalSet:
 
     def _subscriber(self, role: Role, name: str, provider: str) -> None:
         self._create(name)
-        node_ops.create_subscriber(
+        commands.create_subscriber(
             role, name, self.location(name), provider, self.location(provider)
         )
         self.roles[name] = role
@@ -139,7 +140,8 @@ class LocalSet:
                 with open_node_db(self.location(name)) as db:
                     st = db.state()
                 if st.provider is None or st.provider in done:
-                    if node_ops.add_table(self.location(name), table) == "copying":
+                    added = commands.add_table(self.location(name), table, name)
+                    if added.nodes[0].state == "copying":
                         # What the node's worker does, here at once: copy with Spark.
                         from baton.spark.copy import spark_rows
 
