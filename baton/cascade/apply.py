@@ -50,7 +50,7 @@ def reduce_events(events: Iterable[Event]) -> list[Event]:
     return sorted(last.values(), key=lambda e: e.ev_id)
 
 
-def _rows_by_table(
+def rows_by_table(
     db: NodeDB, reduced: Iterable[Event], tables: dict[str, str], skip_upto: dict[str, int]
 ) -> dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]]:
     """Table -> (columns, key columns, upsert rows, delete keys); validates every event."""
@@ -127,7 +127,7 @@ def apply_batch(
             )
         tables = db.tables()
         skip = {t: db.table_tick(t) for t in tables}
-        per_table = _rows_by_table(db, reduced, tables, skip)
+        per_table = rows_by_table(db, reduced, tables, skip)
         rows = 0
         for table, (cols, pk, ups, dels) in per_table.items():
             db.delete_keys(cur, table, pk, dels)

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from baton.cascade import node_ops, set_ops
 from baton.cascade.db import NodeDB, open_node_db
-from baton.cascade.model import ROW_TYPES, NodeState, Role
+from baton.cascade.model import NodeState, Role
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -47,7 +47,7 @@ from baton.store import sqlite_path, sqlite_url
 POLL = 0.1
 
 #: A node or set name, as :func:`baton.cascade.node_ops.check_name` accepts it.
-NAME_PATTERN = node_ops._NAME.pattern
+NAME_PATTERN = node_ops.NAME_PATTERN
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -247,14 +247,12 @@ def _check_table_everywhere(
             )
         with c.db(name) as db:
             try:
-                cols, pk = db.columns(table)
+                cols, pk = node_ops.table_shape(db, table, name)
             except CascadeInputError as exc:
                 raise CascadeInputError(f"{name}: {exc}") from None
-        if not pk:
-            raise CascadeInputError(f"table {table!r} has no primary key on {name}: add one first")
         if shape is None:
             shape = (cols, pk)
-        elif (sorted(cols), pk) != (sorted(shape[0]), shape[1]):
+        elif not node_ops.same_shape((cols, pk), shape):
             raise CascadeInputError(
                 f"{table}: columns {cols} (key {pk}) on {name} differ from {shape[0]} "
                 f"(key {shape[1]}) on the root"
@@ -290,9 +288,7 @@ def add_table(
         names = [node]
         with c.db(node) as db:
             db.state()
-            _, pk = db.columns(table)
-        if not pk:
-            raise CascadeInputError(f"table {table!r} has no primary key on {node}: add one first")
+            node_ops.table_shape(db, table, node)
     else:
         states = _states(c)
         _check_table_everywhere(c, states, table)
@@ -394,12 +390,7 @@ class Emitted:
 
 def emit(via: str, type_: str, data: dict[str, Any]) -> Emitted:
     """Add a custom event at the set's live root; it travels with the next tick."""
-    if not type_ or type_ in ROW_TYPES or type_.startswith("baton."):
-        # Row types would be applied as row changes without a table, and baton.* types are
-        # the set's own (watermark, ticks).
-        raise CascadeInputError(
-            f"bad event type {type_!r}: I, U, D and baton.* are reserved, use your own name"
-        )
+    node_ops.check_event_type(type_)
     c = open_set(via)
     root = set_ops.live_root(c)
     if root is None:

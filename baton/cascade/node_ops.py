@@ -16,13 +16,40 @@ from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.model import ROW_TYPES, Role
 from baton.errors import CascadeInputError, Refused
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+#: A node or set name (the node API's schema uses the same pattern).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+_NAME = re.compile(NAME_PATTERN)
 
 
 def check_name(name: str) -> str:
+    """``name`` if it is a valid node or set name."""
     if not _NAME.match(name):
         raise CascadeInputError(f"bad node name {name!r}: use 1-63 letters, digits, '_', '.', '-'")
     return name
+
+
+def check_event_type(type_: str) -> str:
+    """``type_`` if a user may emit events of that type: row types would be applied as row
+    changes without a table, and ``baton.*`` types are the set's own (watermark, ticks)."""
+    if not type_ or type_ in ROW_TYPES or type_.startswith("baton."):
+        raise CascadeInputError(
+            f"bad event type {type_!r}: I, U, D and baton.* are reserved, use your own name"
+        )
+    return type_
+
+
+def table_shape(db: NodeDB, table: str, where: str = "") -> tuple[list[str], list[str]]:
+    """(columns, key columns) of ``table`` in ``db``, refused when it has no primary key."""
+    cols, pk = db.columns(table)
+    if not pk:
+        on = f" on {where}" if where else ""
+        raise CascadeInputError(f"table {table!r} has no primary key{on}: add one first")
+    return cols, pk
+
+
+def same_shape(a: tuple[list[str], list[str]], b: tuple[list[str], list[str]]) -> bool:
+    """Whether two tables have the same columns (in any order) and the same key."""
+    return (sorted(a[0]), a[1]) == (sorted(b[0]), b[1])
 
 
 def create_root(name: str, location: str, set_name: str) -> None:
@@ -135,9 +162,7 @@ def add_table(location: str, table: str) -> str:
     ``copying``; the node's worker then copies it with Spark (:func:`copy_table`)."""
     with open_node_db(location) as db:
         st = db.state()
-        _, pk = db.columns(table)
-        if not pk:
-            raise CascadeInputError(f"table {table!r} has no primary key: add one to replicate it")
+        cols, pk = table_shape(db, table, st.name)
         if st.role is Role.ROOT:
             with db.transaction() as cur:
                 db.capture(cur, table, True)
@@ -151,8 +176,7 @@ def add_table(location: str, table: str) -> str:
             if table not in prov.tables():
                 raise Refused(f"provider {st.provider} does not replicate {table!r}")
             pcols, ppk = prov.columns(table)
-            cols, _ = db.columns(table)
-            if sorted(pcols) != sorted(cols) or ppk != pk:
+            if not same_shape((cols, pk), (pcols, ppk)):
                 raise Refused(
                     f"{table}: columns {cols} (key {pk}) differ from the provider's {pcols} "
                     f"(key {ppk})"
@@ -209,11 +233,11 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
 
 
 def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[object]) -> None:
-    from baton.cascade.apply import _rows_by_table
+    from baton.cascade.apply import rows_by_table
     from baton.cascade.model import Event
 
     reduced = reduce_events(e for e in events if isinstance(e, Event))
-    per = _rows_by_table(db, reduced, {table: "ok"}, {})
+    per = rows_by_table(db, reduced, {table: "ok"}, {})
     for t, (cols, pk, ups, dels) in per.items():
         db.delete_keys(cur, t, pk, dels)
         db.upsert(cur, t, cols, ups)
@@ -222,8 +246,7 @@ def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[ob
 def emit(location: str, type_: str, data: dict[str, object], table: str | None = None,
          key: dict[str, object] | None = None) -> int:  # fmt: skip
     """Root: add a custom event; its id."""
-    if type_ in ROW_TYPES or type_.startswith("baton."):
-        raise CascadeInputError(f"event type {type_!r} is reserved: pick another name")
+    check_event_type(type_)
     with open_node_db(location) as db:
         st = db.state()
         if st.role is not Role.ROOT:
