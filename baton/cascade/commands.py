@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from baton.cascade import node_ops, set_ops
-from baton.cascade.db import NodeDB, open_node_db
+from baton.cascade import compare, node_ops, set_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import NodeState, Role
 from baton.errors import (
     CascadeError,
@@ -636,37 +635,6 @@ def status(via: str) -> SetStatus:
 # -- check -------------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    """A value as JSON can carry it the same way from either backend."""
-    if isinstance(value, bool):
-        return int(value)  # SQLite has no booleans: PostgreSQL's true is SQLite's 1
-    if isinstance(value, bytes | memoryview):
-        return bytes(value).hex()
-    return value
-
-
-def _digest(db: NodeDB, table: str) -> tuple[int, int]:
-    """(rows, checksum) of ``table``: the sum modulo 2**64 of a hash of each row as JSON with
-    its column names, so the order of rows and of columns does not matter."""
-    cols, _ = db.columns(table)
-    total = 0
-    rows = db.read_rows(table)
-    for row in rows:
-        record = {c: _plain(v) for c, v in zip(cols, row, strict=True)}
-        text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
-        digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-        total = (total + int.from_bytes(digest, "big")) % 2**64
-    return len(rows), total
-
-
-def _position(db: NodeDB, st: NodeState) -> int:
-    """The tick a node's tables reflect: a root's are current up to its last tick."""
-    if st.role is Role.ROOT:
-        last = db.last_tick()
-        return last.tick_id if last else 0
-    return st.position
-
-
 def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
     """Compare ``node``'s rows with its provider's (row count and checksum) for each table it
     replicates, or only ``table``: ``{"node", "position", "provider", "provider_position",
@@ -685,12 +653,12 @@ def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
         with c.db(provider) as pdb:
             pst = pdb.state()
             theirs = pdb.tables()
-            position, provider_position = _position(db, st), _position(pdb, pst)
+            position, provider_position = compare.position(db, st), compare.position(pdb, pst)
             for name in names:
-                rows, checksum = _digest(db, name)
+                rows, checksum = compare.digest(db, name)
                 entry: dict[str, Any] = {"state": mine[name], "rows": rows}
                 if name in theirs:
-                    prows, pchecksum = _digest(pdb, name)
+                    prows, pchecksum = compare.digest(pdb, name)
                     entry |= {"provider_rows": prows,
                               "equal": (rows, checksum) == (prows, pchecksum)}  # fmt: skip
                 else:
