@@ -16,9 +16,9 @@ import pytest
 from baton.cascade import commands
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.cascade.workload import CascadeWorker
 from baton.errors import CascadeError, ConfigError, SpecError
 from baton.node.config import load
+from baton.service.workload import CascadeWorker
 from baton.store import open_store, sqlite_path
 from tests.test_cli import BATON, one_line_error
 
