@@ -9,7 +9,8 @@ one's types is exactly the coupling the layers forbid). What is checked:
 (a) no import cycle between modules;
 (b) no import cycle between *units*: the folders under ``baton/`` (``baton.cascade``,
     ``baton.placement``, ...) and the modules directly in it (``baton.election``, ...);
-(c) every unit has a place in :data:`LAYERS`, and no unit imports one of a higher layer.
+(c) every unit has a place in :data:`LAYERS`, and no unit imports one of a higher layer;
+(d) the units of :data:`INDEPENDENT` do not import each other.
 
 An import names its module exactly: ``from baton.store import Lease`` depends on
 ``baton.store``, ``from baton import logs`` on ``baton.logs``. Python also runs every parent
@@ -39,17 +40,18 @@ LAYERS: list[tuple[str, ...]] = [
     # Leadership over the store: elections, the many-lease keeper, the synchronous facade, and
     # ``baton elect``'s supervisor and guard. Know nothing of nodes or placement.
     ("baton.election", "baton.keeper", "baton.sync", "baton.elect"),
-    # Placement: objects, control groups, the controller and the workload contract. Types that
-    # run on it (``cascade-worker``) register through entry points, so it imports none of them;
-    # the controller is given a store, an election, peers and metrics, never a node agent.
-    ("baton.placement",),
-    # The event queue and cascade: node databases and their operations. Its ``cascade-worker``
-    # workload implements placement's contract, hence above placement. Knows nothing of Spark.
-    ("baton.cascade",),
+    # Two domains side by side, which know nothing of each other (see INDEPENDENT):
+    # placement (objects, control groups, the controller and the workload contract; types that
+    # run on it register through entry points, and the controller is given a store, an
+    # election, peers and metrics, never a node agent), and the event queue and cascade (node
+    # databases and their operations; knows nothing of Spark).
+    ("baton.placement", "baton.cascade"),
     # The data pipeline on Spark: the ``baton`` source, the apply sink, the worker, built on
     # the cascade's node databases.
     ("baton.spark",),
-    # A cascade node's service (ticker, Spark worker, watermarks) and running it under a lease.
+    # A cascade node's service (ticker, Spark worker, watermarks), running it under a lease,
+    # and the ``cascade-worker`` workload that runs it as a placed object: where placement and
+    # the cascade meet.
     ("baton.service",),
     # The public API (``baton/__init__.py``): re-exports the layers below (those above the
     # leadership layer lazily). Nothing below imports it.
@@ -62,6 +64,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("baton.demo", "baton.demo_cascade", "baton.demo_placement"),
     # The command line, over everything.
     ("baton.cli",),
+]
+
+#: Units of one layer (or of layers next to each other) that must not import each other in either
+#: direction: placement places whatever registers as a workload type, and the queue and its
+#: Spark pipeline run with or without placement.
+INDEPENDENT: list[tuple[str, str]] = [
+    ("baton.placement", "baton.cascade"),
+    ("baton.placement", "baton.spark"),
 ]
 
 #: Imports that break a rule today, in files whose owners are moving them: (importer, imported)
@@ -289,6 +299,16 @@ def test_no_import_from_a_higher_layer() -> None:
     assert not bad, "imports from a higher layer:\n" + "\n".join(sorted(bad))
 
 
+def test_independent_units_do_not_import_each_other() -> None:
+    bad = [
+        f"  {i}"
+        for i in checked()
+        if (unit(i.importer), unit(i.imported)) in INDEPENDENT
+        or (unit(i.imported), unit(i.importer)) in INDEPENDENT
+    ]
+    assert not bad, "imports between independent units:\n" + "\n".join(sorted(bad))
+
+
 def offending(found: Iterable[Import]) -> set[tuple[str, str]]:
     """The (importer, imported) pairs of ``found`` that break a rule: on a module cycle, on a
     cycle between units, or from a lower layer to a higher one."""
@@ -309,6 +329,8 @@ def offending(found: Iterable[Import]) -> set[tuple[str, str]]:
             module_cycle.get(i.importer, -1) == module_cycle.get(i.imported, -2)
             or (a != b and unit_cycle.get(a, -1) == unit_cycle.get(b, -2))
             or layer.get(a, 0) < layer.get(b, 0)
+            or (a, b) in INDEPENDENT
+            or (b, a) in INDEPENDENT
         ):
             out.add((i.importer, i.imported))
     return out
