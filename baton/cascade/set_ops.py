@@ -365,6 +365,10 @@ def switchover(
             rdb.discard_after(cur, switch)  # only our own watermark events, never data
     with c.db(new_root) as ndb:
         if ndb.state().role is not Role.ROOT:
+            # Hold the queue for the old root first: the moment the new root ticks it may
+            # publish a watermark, and it must not run ahead of the nodes below the old root.
+            with ndb.transaction() as cur:
+                ndb.set_watermark(cur, root, switch)
             _promote(ndb)
     with c.db(root) as rdb:
         _demote(rdb, new_root, switch)

@@ -71,9 +71,13 @@ def publish_watermark(db: NodeDB) -> int | None:
         return None  # handing the root role over: no new event may follow the last tick
     marks = db.watermarks()
     last = db.last_tick()
-    if last is None:
+    if last is None or not marks:
+        # No subscriber known: nothing may be deleted. (A root taking over in a switchover or
+        # failover has no entries for a moment, before the old root's and the redirected
+        # nodes' are written; trimming to its last tick then cut the queue from under nodes
+        # that still needed it.) The first subscriber starts from the last tick anyway.
         return None
-    low = min(marks.values()) if marks else last.tick_id
+    low = min(marks.values())
     if low <= st.global_watermark:
         return None
     with db.transaction() as cur:

@@ -26,6 +26,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.ticker import TickerConfig
 from baton.election import Election
 from baton.errors import FencedOut, LeaseLost, NodeUnreachable
+from baton.keys import cascade_lease
 from baton.logs import describe
 from baton.service.node import BACKOFF, NodeService
 from baton.store import open_store
@@ -88,7 +89,8 @@ async def run_node(
         # Start the JVM before campaigning: it takes seconds, a new leader should not.
         await asyncio.to_thread(spark)
     async with open_store(store_url) as store:
-        election = Election(store, f"cascade/{set_name}/{name}", holder, Timings.for_ttl(ttl))
+        lease = cascade_lease(set_name, name)
+        election = Election(store, lease, holder, Timings.for_ttl(ttl))
         await election.start()
         try:
             while not stop.is_set():

@@ -14,6 +14,7 @@ the same checked operations as the CLI and the node API (:mod:`baton.cascade.com
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -26,12 +27,16 @@ from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
+from baton.errors import BatonError
+from baton.logs import describe
 from baton.spark.worker import Worker
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("baton.cascade")
 
 #: Fast ticks for tests: a batch closes 50 ms after its first event.
 TEST_TICKER = TickerConfig(period=0.02, max_count=5000, max_lag=0.05, idle=0.5)
@@ -78,7 +83,10 @@ class Ticker(threading.Thread):
                     if pull.due():
                         self.cascade.pull_watermarks()
                     publish_watermark(db)
-            except Exception:  # a root being switched or killed: try again next period
+            except BatonError as exc:
+                # A root being switched or killed, or a node database busy: the node services'
+                # policy (say it, try again next period), as NodeService.run does.
+                log.debug("test ticker waits", extra={"error": describe(exc)})
                 continue
 
 
@@ -134,7 +142,7 @@ class LocalSet:
         """Add ``table`` everywhere, root first, then each node after its provider."""
         done: set[str] = set()
         while len(done) < len(self.roles):
-            for name in self.roles:
+            for name in list(self.roles):  # the test may add nodes meanwhile
                 if name in done:
                     continue
                 with open_node_db(self.location(name)) as db:
@@ -153,14 +161,14 @@ class LocalSet:
         return CascadeSet(self.location(live))
 
     def current_root(self) -> str | None:
-        for name in self.roles:
+        for name in list(self.roles):  # the test may add nodes meanwhile
             if name in self.dead:
                 continue
             try:
                 with open_node_db(self.location(name)) as db:
                     if db.state().role is Role.ROOT:
                         return name
-            except Exception:
+            except BatonError:  # a node being killed or not yet created: not the root now
                 continue
         return None
 
@@ -176,7 +184,7 @@ class LocalSet:
         return worker
 
     def start_workers(self) -> None:
-        for name in self.roles:
+        for name in list(self.roles):  # the test may add nodes meanwhile
             if self.state(name).role is not Role.ROOT and name not in self.dead:
                 self.start_worker(name)
 
@@ -192,7 +200,7 @@ class LocalSet:
     def pull_watermarks(self) -> None:
         """What every live node's service does in the background: pull its subscribers'
         watermarks (the test drives workers itself, so a node's worker may not run)."""
-        for name in self.roles:
+        for name in list(self.roles):  # the test may add nodes meanwhile
             if name in self.dead:
                 continue
             with open_node_db(self.location(name)) as db:
