@@ -21,7 +21,7 @@ from typing import Any
 
 from baton import __version__
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
-from baton.errors import ConfigError, FeedCompacted, StoreError
+from baton.errors import ConfigError, FeedCompacted, StoreError, StoreTimeout
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
 from baton.logs import describe
 from baton.node.config import NodeConfig
@@ -157,9 +157,25 @@ class NodeAgent:
             self._addresses.pop(node, None)  # it may have come back on another address
             raise
 
+    async def _connect(self) -> None:
+        """Connect to the store; while it stays locked (nodes of a new cluster all creating the
+        schema of one SQLite file at once), say so and try again, for up to 3 ttl."""
+        deadline = asyncio.get_running_loop().time() + 3 * self.timings.ttl
+        delay = 0.1
+        while True:
+            try:
+                await self.store.connect()
+                return
+            except StoreTimeout as exc:
+                if asyncio.get_running_loop().time() + delay > deadline:
+                    raise
+                log.warning("waiting for the store", extra={"error": describe(exc)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     async def start(self) -> None:
         """Connect, take membership, publish the node record, campaign for controller."""
-        await self.store.connect()
+        await self._connect()
         await self.membership.start()
         log.info("waiting for membership lease")
         term = await self.membership.wait_leadership(timeout=self.timings.ttl * 3)

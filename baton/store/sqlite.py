@@ -169,7 +169,10 @@ class SQLiteStore(Store):
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, self._connect_sync)
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open {self.url}: {exc}") from exc
+            # Locked (several processes creating the schema at once): a StoreTimeout, which a
+            # caller may retry; anything else: the store cannot be used.
+            err = translate(self.url, exc)
+            raise type(err)(f"cannot open {self.url}: {exc}") from exc
 
     async def close(self) -> None:
         if self._executor is None:
