@@ -431,6 +431,14 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def check_names(kind: str, names: Sequence[str]) -> list[str]:
+    """``names`` without repeats, in order, each checked by :func:`check_name`."""
+    wanted = list(dict.fromkeys(names))
+    for name in wanted:
+        check_name(kind, name)
+    return wanted
+
+
 def check_ttl(ttl: float) -> float:
     """Validate a lease ttl in seconds (1 ms to one day)."""
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0.001 <= ttl <= 86400:

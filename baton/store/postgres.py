@@ -88,6 +88,7 @@ from baton.store.base import (
     bulk_allocation,
     check_floors,
     check_name,
+    check_names,
     check_ops,
     check_same_holder,
     check_ttl,
@@ -939,9 +940,7 @@ class PostgresStore(Store):
         ]
 
     async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
-        wanted = list(dict.fromkeys(names))
-        for name in wanted:
-            check_name("lease name", name)
+        wanted = check_names("lease name", names)
         if not wanted:
             return {}
         rows = await self._rows(self._lapses, {"names": wanted}, "reading lease lapses")

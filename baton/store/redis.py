@@ -92,6 +92,7 @@ from baton.store.base import (
     bulk_allocation,
     check_floors,
     check_name,
+    check_names,
     check_ops,
     check_same_holder,
     check_ttl,
@@ -890,9 +891,7 @@ class RedisStore(Store):
         ]  # fmt: skip
 
     async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
-        wanted = list(dict.fromkeys(names))
-        for name in wanted:
-            check_name("lease name", name)
+        wanted = check_names("lease name", names)
         if not wanted:
             return {}
         res = await self._run("lapses", ["\n".join(wanted)], idempotent=True)

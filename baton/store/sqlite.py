@@ -44,6 +44,7 @@ from baton.store.base import (
     bulk_allocation,
     check_floors,
     check_name,
+    check_names,
     check_ops,
     check_same_holder,
     check_ttl,
@@ -352,9 +353,7 @@ class SQLiteStore(Store):
         return await self._run(self._held, "substr(name, 1, ?) = ?", (len(prefix), prefix))
 
     async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
-        wanted = list(dict.fromkeys(names))
-        for name in wanted:
-            check_name("lease name", name)
+        wanted = check_names("lease name", names)
 
         def op() -> dict[str, Lapse]:
             assert self._db is not None
