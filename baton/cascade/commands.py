@@ -1,5 +1,7 @@
-"""The cascade operations as the ``baton cascade`` CLI and the node's HTTP API run them: one
-function per command, with every check of the input, returning plain data.
+"""The cascade operations as the ``baton cascade`` CLI and the node's HTTP API run them: a thin
+adapter with one function per command. Each parses and normalises its arguments, opens the set,
+calls one operation of :mod:`~baton.cascade.set_ops` or :mod:`~baton.cascade.node_ops` (where
+the rules of the domain are) and returns its result as plain data.
 
 Each function checks its input before it writes anything and raises
 :class:`~baton.errors.CascadeInputError` (a ConfigError) with one line when the input is bad (an
@@ -19,17 +21,13 @@ This is synchronous code (node databases are): the API runs it in a thread.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from baton.cascade import compare, node_ops, set_ops
-from baton.cascade.db import open_node_db
-from baton.cascade.model import NodeState, Role
+from baton.cascade import node_ops, set_ops
+from baton.cascade.model import Role
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -37,13 +35,12 @@ from baton.errors import (
     NodeDatabaseError,
     NotFinished,
     Refused,
-    StaleEpoch,
     redact_url,
 )
 from baton.store import sqlite_path, sqlite_url
 
 #: How often a switchover checks whether the new root has applied the switch tick.
-POLL = 0.1
+POLL = set_ops.POLL
 
 #: A node or set name, as :func:`baton.cascade.node_ops.check_name` accepts it.
 NAME_PATTERN = node_ops.NAME_PATTERN
@@ -83,18 +80,6 @@ def classify(exc: BaseException) -> tuple[Kind, str] | None:
     return kind, one_line(str(exc))
 
 
-@contextlib.contextmanager
-def _refusals() -> Iterator[None]:
-    """Inside: the input has been checked, so a CascadeError is the set's state refusing the
-    operation (unless a database failed or could not be reached, or a newer epoch applied)."""
-    try:
-        yield
-    except CascadeError as exc:
-        if isinstance(exc, Refused | NodeDatabaseError | NotFinished | StaleEpoch):
-            raise
-        raise Refused(str(exc)) from exc
-
-
 # -- locations and the set -----------------------------------------------------------------------
 
 
@@ -124,55 +109,12 @@ def existing(location: str) -> str:
 
 def open_set(via: str) -> set_ops.CascadeSet:
     """The set seen through the node list at ``via`` (any member's location)."""
-    location = existing(via)
-    with open_node_db(location) as db:
-        db.state()  # "not a cascade node" before reading a node list that is not there
-    return set_ops.CascadeSet(location)
+    return set_ops.CascadeSet(existing(via))  # "not a cascade node" before any node list
 
 
 def _known(c: set_ops.CascadeSet, *names: str) -> None:
     for name in names:
         c.location(name)  # an unknown name is refused, with the known ones
-
-
-def _installed(location: str) -> NodeState | None:
-    """The state of the node at ``location``, or None when it is not one yet (without creating
-    an SQLite file that does not exist, nor a directory)."""
-    if location.startswith("sqlite://"):
-        path = Path(location.removeprefix("sqlite://"))
-        if not path.exists():
-            if path.name and not path.parent.is_dir():
-                raise CascadeInputError(f"{location}: directory {path.parent} does not exist")
-            return None
-    with open_node_db(location) as db:
-        return db.state() if db.is_installed() else None
-
-
-def _states(c: set_ops.CascadeSet) -> dict[str, NodeState]:
-    """The state of every member not tagged dead."""
-    out = {}
-    for name, (_, dead) in sorted(c.nodes.items()):
-        if dead:
-            continue
-        with c.db(name) as db:
-            out[name] = db.state()
-    return out
-
-
-def _subscription_order(states: dict[str, NodeState]) -> list[str]:
-    """Roots first, then every node after its provider (breadth first); nodes whose provider is
-    not among ``states`` (tagged dead, or a cycle) come last."""
-    order = [n for n, st in states.items() if st.role is Role.ROOT]
-    i = 0
-    while i < len(order):
-        order += [n for n, st in states.items() if st.provider == order[i] and n not in order]
-        i += 1
-    return order + [n for n in states if n not in order]
-
-
-def _tables_of(c: set_ops.CascadeSet, name: str) -> dict[str, str]:
-    with c.db(name) as db:
-        return db.tables()
 
 
 # -- creating nodes ------------------------------------------------------------------------------
@@ -196,8 +138,8 @@ def create_root(name: str, location: str, set_name: str) -> Created:
     node_ops.check_name(name)
     node_ops.check_name(set_name)  # both before the database is opened (which may create a file)
     location = normalise(location)
-    before = _installed(location)
-    with _refusals():
+    before = node_ops.installed(location)
+    with set_ops.refusing():
         node_ops.create_root(name, location, set_name)
     return Created(name, Role.ROOT.value, None, set_name, redact_url(location), 0,
                    before is not None)  # fmt: skip
@@ -211,51 +153,14 @@ def create_subscriber(role: Role, name: str, location: str, provider: str, via: 
     c = open_set(via)
     _known(c, provider)
     location = normalise(location)
-    before = _installed(location)
-    # node_ops.create_subscriber treats any re-run on the same node as done, and would register a
-    # watermark at a provider the node does not receive from (holding its queue back forever):
-    # a re-run must name the same role and provider.
-    same_node = before is not None and (before.name, before.set_name) == (name, c.set_name)
-    if before is not None and same_node and (before.role, before.provider) != (role, provider):
-        raise Refused(
-            f"{location} is already node {name}, a {before.role} of {before.provider}: "
-            "use change-provider to move it"
-        )
-    with _refusals():
-        node_ops.create_subscriber(role, name, location, provider, c.via)
-    with open_node_db(location) as db:
-        st = db.state()
+    before = node_ops.installed(location)
+    with set_ops.refusing():
+        st = node_ops.create_subscriber(role, name, location, provider, c.via)
     return Created(name, role.value, provider, st.set_name, redact_url(location), st.position,
                    before is not None)  # fmt: skip
 
 
 # -- tables ------------------------------------------------------------------------------------
-
-
-def _check_table_everywhere(
-    c: set_ops.CascadeSet, states: dict[str, NodeState], table: str
-) -> None:
-    """Refuse ``add-table --all`` before anything is written if any live node lacks ``table``,
-    it has no primary key, its columns differ from the root's, or a node's provider is dead."""
-    shape: tuple[list[str], list[str]] | None = None
-    for name in _subscription_order(states):
-        st = states[name]
-        if st.provider is not None and st.provider not in states:
-            raise Refused(
-                f"{name}'s provider {st.provider} is tagged dead: change its provider first"
-            )
-        with c.db(name) as db:
-            try:
-                cols, pk = node_ops.table_shape(db, table, name)
-            except CascadeInputError as exc:
-                raise CascadeInputError(f"{name}: {exc}") from None
-        if shape is None:
-            shape = (cols, pk)
-        elif not node_ops.same_shape((cols, pk), shape):
-            raise CascadeInputError(
-                f"{table}: columns {cols} (key {pk}) on {name} differ from {shape[0]} "
-                f"(key {shape[1]}) on the root"
-            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -283,19 +188,7 @@ def add_table(
     if (node is None) == (not everywhere):
         raise CascadeInputError("give either a node or all")
     c = open_set(via)
-    if node is not None:
-        names = [node]
-        with c.db(node) as db:
-            db.state()
-            node_ops.table_shape(db, table, node)
-    else:
-        states = _states(c)
-        _check_table_everywhere(c, states, table)
-        names = _subscription_order(states)
-    done = []
-    with _refusals():
-        for name in names:
-            done.append(TableState(name, table, node_ops.add_table(c.location(name), table)))
+    done = [TableState(n, table, state) for n, state in set_ops.add_table(c, table, node)]
     skipped = sorted(n for n in c.nodes if c.dead(n)) if everywhere else []
     return TableAdded(table, done, skipped)
 
@@ -313,37 +206,13 @@ class TableRemoved:
 def remove_table(via: str, table: str, node: str) -> TableRemoved:
     """Stop replicating ``table`` on ``node`` (its rows stay). At the root, stop capturing it,
     which is refused while another live node replicates it."""
-    c = open_set(via)
-    with c.db(node) as db:
-        st = db.state()
-        root = st.role is Role.ROOT
-        if table not in db.tables():
-            db.columns(table)  # a table that does not exist is a typo, not a finished job
-            return TableRemoved(node, table, False, False)
-        if root:
-            # The other nodes would silently stop receiving its changes.
-            others = [
-                name
-                for name in sorted(c.nodes)
-                if name != node and not c.dead(name) and table in _tables_of(c, name)
-            ]
-            if others:
-                raise Refused(
-                    f"{table} is still replicated by {', '.join(others)}: remove it there first "
-                    "(the root stops capturing it)"
-                )
-        with db.transaction() as cur:
-            if root:
-                # A table dropped since took its capture triggers with it.
-                with contextlib.suppress(CascadeInputError):
-                    db.capture(cur, table, False)
-            db.set_table(cur, table, None)
-    return TableRemoved(node, table, True, root)
+    removed, uncaptured = set_ops.remove_table(open_set(via), table, node)
+    return TableRemoved(node, table, removed, uncaptured)
 
 
 def tables(via: str, node: str) -> dict[str, str]:
     """The tables ``node`` replicates, with their state (copying, catching-up, ok)."""
-    return _tables_of(open_set(via), node)
+    return set_ops.tables(open_set(via), node)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -357,13 +226,8 @@ class Missing:
 
 def missing(via: str, node: str) -> Missing:
     """The tables ``node``'s provider replicates that ``node`` does not (for add-table)."""
-    c = open_set(via)
-    with c.db(node) as db:
-        st = db.state()
-        mine = db.tables()
-    if st.provider is None:
-        return Missing(node, None, [])
-    return Missing(node, st.provider, sorted(set(_tables_of(c, st.provider)) - set(mine)))
+    provider, tables = set_ops.missing(open_set(via), node)
+    return Missing(node, provider, tables)
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -391,11 +255,8 @@ def emit(via: str, type_: str, data: dict[str, Any]) -> Emitted:
     """Add a custom event at the set's live root; it travels with the next tick."""
     node_ops.check_event_type(type_)
     c = open_set(via)
-    root = set_ops.live_root(c)
-    if root is None:
-        raise Refused("no live root in the set: use failover")
-    with _refusals():
-        ev_id = node_ops.emit(c.location(root), type_, data)
+    with set_ops.refusing():
+        ev_id, root = set_ops.emit(c, type_, data)
     return Emitted(ev_id, type_, root)
 
 
@@ -417,20 +278,15 @@ def change_provider(via: str, node: str, provider: str) -> ProviderChanged:
     _known(c, node, provider)
     if provider == node:
         raise CascadeInputError(f"{node} cannot be its own provider")
-    with c.db(node) as db:
-        previous = db.state().provider
-    with _refusals():
+    previous = c.state(node).provider
+    with set_ops.refusing():
         set_ops.change_provider(c, node, provider)
     return ProviderChanged(node, provider, previous, previous != provider)
 
 
 def candidates(via: str, node: str) -> list[str]:
     """The nodes that can be ``node``'s provider now (no cycle, alive, still have its tick)."""
-    c = open_set(via)
-    with c.db(node) as db:
-        if db.state().role is Role.ROOT:
-            raise Refused(f"{node} is the root: it has no provider (use switchover)")
-    return set_ops.candidates(c, node)
+    return set_ops.candidates(open_set(via), node)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -445,7 +301,7 @@ def tag(via: str, node: str, dead: bool) -> Tagged:
     """Tag ``node`` dead (or alive) in every reachable node list."""
     c = open_set(via)
     _known(c, node)
-    with _refusals():
+    with set_ops.refusing():
         missed = [n for n in set_ops.tag(c, node, dead) if n != node]
     return Tagged(node, dead, missed)
 
@@ -467,16 +323,6 @@ def set_paused(via: str, node: str, paused: bool) -> Paused:
 # -- switchover, failover, resurrect ------------------------------------------------------------
 
 
-def _poll(condition: Callable[[], bool], timeout: float) -> None:
-    """Wait for ``condition``, checking it every :data:`POLL` seconds; :class:`NotFinished`
-    after ``timeout`` (the switchover says which tick it waits for)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            raise NotFinished(f"the condition did not hold within {timeout:g}s")
-        time.sleep(POLL)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Switched:
     new_root: str
@@ -496,46 +342,9 @@ def switchover(via: str, new_root: str, timeout: float = 60.0) -> Switched:
     c = open_set(via)
     _known(c, new_root)  # unknown names first, with the known ones
     old = set_ops.live_root(c)
-    try:
-        with _refusals():
-            tick = set_ops.switchover(c, new_root, _poll, timeout)
-    except NotFinished:
-        with c.db(old or new_root) as db:
-            switch = db.get_local("switch_tick") or "?"
-        raise NotFinished(
-            f"switchover to {new_root} not finished: it did not apply switch tick {switch} "
-            f"within {timeout:g}s (is its worker running?); {old} no longer captures changes: "
-            "run the same switchover again to finish it"
-        ) from None
+    with set_ops.refusing():
+        tick = set_ops.switchover(c, new_root, timeout=timeout)
     return Switched(new_root, old, tick, old == new_root)
-
-
-def _check_failover(c: set_ops.CascadeSet, dead_root: str) -> None:
-    """Refuse a failover that would tag a node dead for nothing: ``set_ops.failover`` tags first
-    and asks questions later."""
-    location = c.location(dead_root)
-    if c.dead(dead_root):
-        return  # tagged already: a re-run (or the operator tagged it), failover finishes the job
-    try:
-        with open_node_db(location) as db:
-            role: Role | None = db.state().role
-    except CascadeError:
-        role = None  # unreachable, as a dead root usually is
-    if role is not None and role is not Role.ROOT:
-        raise Refused(f"{dead_root} is a {role}, not the root: use tag-dead for it")
-    other = set_ops.live_root(c, exclude=dead_root)
-    if other is not None:
-        raise Refused(f"{dead_root} is not the root ({other} is): use tag-dead for it")
-    for name, (loc, dead) in sorted(c.nodes.items()):
-        if dead or name == dead_root:
-            continue
-        try:
-            with open_node_db(loc) as db:
-                if db.state().role.carries_queue and db.last_tick() is not None:
-                    return
-        except CascadeError:
-            continue
-    raise Refused("no live branch carries the queue: nothing can become the root")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -552,8 +361,8 @@ def failover(via: str, dead_root: str) -> FailedOver:
     """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live branch with the highest
     tick and redirect the nodes that received from ``dead_root``."""
     c = open_set(via)
-    _check_failover(c, dead_root)
-    with _refusals():
+    _known(c, dead_root)  # unknown names first, with the known ones
+    with set_ops.refusing():
         new_root, fork, notes = set_ops.failover(c, dead_root)
     return FailedOver(dead_root, new_root, fork, notes)
 
@@ -579,10 +388,9 @@ def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
         raise CascadeInputError(f"{save}: directory {save.parent} does not exist")
     if save.is_dir():
         raise CascadeInputError(f"{save} is a directory: give a file name")
-    with _refusals():
+    with set_ops.refusing():
         saved = set_ops.resurrect(c, old_root, save)
-    with c.db(old_root) as db:
-        st = db.state()
+    st = c.state(old_root)
     return Resurrected(old_root, st.provider, st.position, saved, str(save))
 
 
@@ -623,12 +431,7 @@ def members(via: str) -> tuple[str, list[set_ops.Member]]:
 def status(via: str) -> SetStatus:
     """The set: its live root, global watermark and members."""
     c = open_set(via)
-    found = set_ops.members(c)
-    root = next((m.name for m in found if m.role == Role.ROOT and not m.dead and m.reachable), None)
-    watermark = None
-    if root is not None:
-        with c.db(root) as db:
-            watermark = db.state().global_watermark
+    root, watermark, found = set_ops.status(c)
     return SetStatus(c.set_name, root, watermark, found)
 
 
@@ -639,39 +442,7 @@ def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
     """Compare ``node``'s rows with its provider's (row count and checksum) for each table it
     replicates, or only ``table``: ``{"node", "position", "provider", "provider_position",
     "equal", "tables"}``. A node behind its provider differs until it catches up."""
-    c = open_set(via)
-    results: dict[str, dict[str, Any]] = {}
-    with c.db(node) as db:
-        st = db.state()
-        if st.provider is None:
-            raise Refused(f"{node} is the root: it has no provider to compare with")
-        mine = db.tables()
-        if table is not None and table not in mine:
-            raise CascadeInputError(f"{node} does not replicate {table!r} (see 'tables')")
-        names = [table] if table is not None else sorted(mine)
-        provider = st.provider
-        with c.db(provider) as pdb:
-            pst = pdb.state()
-            theirs = pdb.tables()
-            position, provider_position = compare.position(db, st), compare.position(pdb, pst)
-            for name in names:
-                rows, checksum = compare.digest(db, name)
-                entry: dict[str, Any] = {"state": mine[name], "rows": rows}
-                if name in theirs:
-                    prows, pchecksum = compare.digest(pdb, name)
-                    entry |= {"provider_rows": prows,
-                              "equal": (rows, checksum) == (prows, pchecksum)}  # fmt: skip
-                else:
-                    entry |= {"provider_rows": None, "equal": False}
-                results[name] = entry
-    return {
-        "node": node,
-        "position": position,
-        "provider": provider,
-        "provider_position": provider_position,
-        "equal": all(r["equal"] for r in results.values()),
-        "tables": results,
-    }
+    return set_ops.check(open_set(via), node, table)
 
 
 __all__ = [

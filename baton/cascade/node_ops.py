@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from baton.cascade.apply import apply_batch, reduce_events
 from baton.cascade.db import NodeDB, open_node_db
-from baton.cascade.model import ROW_TYPES, Role
+from baton.cascade.model import ROW_TYPES, NodeState, Role
 from baton.errors import CascadeInputError, Refused
 
 #: A node or set name (the node API's schema uses the same pattern).
@@ -50,6 +51,19 @@ def table_shape(db: NodeDB, table: str, where: str = "") -> tuple[list[str], lis
 def same_shape(a: tuple[list[str], list[str]], b: tuple[list[str], list[str]]) -> bool:
     """Whether two tables have the same columns (in any order) and the same key."""
     return (sorted(a[0]), a[1]) == (sorted(b[0]), b[1])
+
+
+def installed(location: str) -> NodeState | None:
+    """The state of the node at ``location``, or None when it is not one yet (without creating
+    an SQLite file that does not exist, nor a directory)."""
+    if location.startswith("sqlite://"):
+        path = Path(location.removeprefix("sqlite://"))
+        if not path.exists():
+            if path.name and not path.parent.is_dir():
+                raise CascadeInputError(f"{location}: directory {path.parent} does not exist")
+            return None
+    with open_node_db(location) as db:
+        return db.state() if db.is_installed() else None
 
 
 def create_root(name: str, location: str, set_name: str) -> None:
@@ -91,12 +105,23 @@ def _provider_db(provider: str, via: str, readonly: bool = False) -> NodeDB:
 
 def create_subscriber(
     role: Role, name: str, location: str, provider: str, provider_location: str
-) -> None:
+) -> NodeState:
     """Add a branch or leaf ``name`` at ``location`` subscribing to ``provider`` (found through
-    the node list at ``provider_location``)."""
+    the node list at ``provider_location``); the new node's state. A re-run finishes the job,
+    and must name the same role and provider: else it would register a watermark at a provider
+    the node does not receive from (holding its queue back for ever)."""
     check_name(name)
     if role is Role.ROOT:
         raise CascadeInputError("use create-root for a root")
+    before = installed(location)
+    if before is not None and (before.role, before.provider) != (role, provider):
+        with open_node_db(provider_location) as via:
+            set_name = via.state().set_name
+        if (before.name, before.set_name) == (name, set_name):
+            raise Refused(
+                f"{location} is already node {name}, a {before.role} of {before.provider}: "
+                "use change-provider to move it"
+            )
     with _provider_db(provider, provider_location) as prov:
         pst = prov.state()
         if not pst.role.carries_queue:
@@ -109,11 +134,6 @@ def create_subscriber(
                 st = db.state()
                 if st.name != name or st.set_name != pst.set_name:
                     raise Refused(f"{location} is already node {st.name} of {st.set_name}")
-                if st.role is not role or st.provider != provider:
-                    raise Refused(
-                        f"{name} exists as a {st.role} of {st.provider}: use change-provider "
-                        "to move it"
-                    )
             else:
                 start = prov.last_tick()
                 if start is None:
@@ -134,15 +154,16 @@ def create_subscriber(
                         ("node_name", name),
                     ):
                         db.set_local(cur, key, value)
-            position = db.state().position
+            st = db.state()
         with prov.transaction() as cur:
-            prov.set_watermark(cur, name, position)
+            prov.set_watermark(cur, name, st.position)
     # Every live member learns the new node (the only duplicated data).
     for other, (loc, dead) in nodes.items():
         if dead or other == name:
             continue
         with open_node_db(loc) as odb, odb.transaction() as cur:
             odb.put_node(cur, name, location)
+    return st
 
 
 #: Reads a provider table: (location, table) -> (columns, rows). The node's worker passes a
@@ -258,11 +279,19 @@ def emit(location: str, type_: str, data: dict[str, object], table: str | None =
 
 
 __all__ = [
+    "NAME_PATTERN",
+    "RowReader",
     "add_table",
     "apply_batch",
+    "check_event_type",
+    "check_name",
     "copy_ready",
     "copy_table",
     "create_root",
     "create_subscriber",
+    "direct_rows",
     "emit",
+    "installed",
+    "same_shape",
+    "table_shape",
 ]

@@ -1,5 +1,6 @@
-"""Set-level operations: change-provider, switchover, failover, tag-dead/tag-alive,
-pause/resume, candidates, status, resurrect.
+"""Set-level operations: add-table (on a node or on all), remove-table, tables, missing, emit,
+change-provider, candidates, tag-dead/tag-alive, pause/resume, members and status, check,
+switchover, failover, resurrect.
 
 Every operation is resumable: it checks each step's effect before doing it, so running it again
 after an interruption finishes the job. Bad input (an unknown node, a dead provider, a cycle, a
@@ -14,15 +15,27 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from baton.cascade import compare, node_ops
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB, open_node_db
-from baton.cascade.model import WATERMARK, Role
+from baton.cascade.model import WATERMARK, NodeState, Role
 from baton.cascade.ticker import TickerConfig
-from baton.errors import CascadeError, CascadeInputError, Refused
+from baton.errors import (
+    CascadeError,
+    CascadeInputError,
+    NodeDatabaseError,
+    NotFinished,
+    Refused,
+    StaleEpoch,
+)
+
+#: How often :func:`poll` (a switchover's default wait) checks its condition, in seconds.
+POLL = 0.1
 
 
 class CascadeSet:
@@ -47,13 +60,17 @@ class CascadeSet:
     def dead(self, name: str) -> bool:
         return self.nodes[name][1]
 
+    def state(self, name: str) -> NodeState:
+        """The state of node ``name`` (its role, provider, position, ...)."""
+        with self.db(name) as db:
+            return db.state()
+
     def providers_chain(self, name: str) -> list[str]:
         """``name``'s provider, its provider, ... up to the root (cycle-safe)."""
         chain: list[str] = []
         current = name
         while True:
-            with self.db(current) as db:
-                provider = db.state().provider
+            provider = self.state(current).provider
             if provider is None or provider in chain or provider == name:
                 return chain
             chain.append(provider)
@@ -73,14 +90,152 @@ class CascadeSet:
         return failed
 
 
+@contextmanager
+def refusing() -> Iterator[None]:
+    """Inside: the input has been checked, so a CascadeError is the set's state refusing the
+    operation (:class:`Refused`), unless a database failed or could not be reached, a
+    switchover did not finish, or a newer epoch applied."""
+    try:
+        yield
+    except CascadeError as exc:
+        if isinstance(exc, Refused | NodeDatabaseError | NotFinished | StaleEpoch):
+            raise
+        raise Refused(str(exc)) from exc
+
+
+def _not_root(node: str, st: NodeState) -> None:
+    if st.role is Role.ROOT:
+        raise Refused(f"{node} is the root: it has no provider (use switchover)")
+
+
+def live_states(c: CascadeSet) -> dict[str, NodeState]:
+    """The state of every member not tagged dead."""
+    return {name: c.state(name) for name, (_, dead) in sorted(c.nodes.items()) if not dead}
+
+
+def subscription_order(states: dict[str, NodeState]) -> list[str]:
+    """Roots first, then every node after its provider (breadth first); nodes whose provider is
+    not among ``states`` (tagged dead, or a cycle) come last."""
+    order = [n for n, st in states.items() if st.role is Role.ROOT]
+    i = 0
+    while i < len(order):
+        order += [n for n, st in states.items() if st.provider == order[i] and n not in order]
+        i += 1
+    return order + [n for n in states if n not in order]
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+
+def tables(c: CascadeSet, node: str) -> dict[str, str]:
+    """The tables ``node`` replicates, with their state (copying, catching-up, ok)."""
+    with c.db(node) as db:
+        return db.tables()
+
+
+def _check_table_everywhere(c: CascadeSet, states: dict[str, NodeState], table: str) -> None:
+    """Refuse ``add-table --all`` before anything is written if any live node lacks ``table``,
+    it has no primary key, its columns differ from the root's, or a node's provider is dead."""
+    shape: tuple[list[str], list[str]] | None = None
+    for name in subscription_order(states):
+        st = states[name]
+        if st.provider is not None and st.provider not in states:
+            raise Refused(
+                f"{name}'s provider {st.provider} is tagged dead: change its provider first"
+            )
+        with c.db(name) as db:
+            try:
+                cols, pk = node_ops.table_shape(db, table, name)
+            except CascadeInputError as exc:
+                raise CascadeInputError(f"{name}: {exc}") from None
+        if shape is None:
+            shape = (cols, pk)
+        elif not node_ops.same_shape((cols, pk), shape):
+            raise CascadeInputError(
+                f"{table}: columns {cols} (key {pk}) on {name} differ from {shape[0]} "
+                f"(key {shape[1]}) on the root"
+            )
+
+
+def add_table(c: CascadeSet, table: str, node: str | None = None) -> list[tuple[str, str]]:
+    """Replicate ``table`` on ``node``, or (None) on every live node, root first, then each node
+    after its provider: (node, the table's state there) for each. The input is checked on every
+    one of them before anything is written (:class:`CascadeInputError`); what the set's state
+    refuses after that is :class:`Refused`. See :func:`baton.cascade.node_ops.add_table`."""
+    if node is not None:
+        names = [node]
+        with c.db(node) as db:
+            db.state()
+            node_ops.table_shape(db, table, node)
+    else:
+        states = live_states(c)
+        _check_table_everywhere(c, states, table)
+        names = subscription_order(states)
+    with refusing():
+        return [(name, node_ops.add_table(c.location(name), table)) for name in names]
+
+
+def remove_table(c: CascadeSet, table: str, node: str) -> tuple[bool, bool]:
+    """Stop replicating ``table`` on ``node`` (its rows stay); at the root, stop capturing it,
+    which is refused while another live node replicates it (it would silently stop receiving
+    its changes). (removed: False when it was not replicated, uncaptured: ``node`` is the
+    root)."""
+    with c.db(node) as db:
+        root = db.state().role is Role.ROOT
+        if table not in db.tables():
+            db.columns(table)  # a table that does not exist is a typo, not a finished job
+            return False, False
+        if root:
+            others = [
+                name
+                for name in sorted(c.nodes)
+                if name != node and not c.dead(name) and table in tables(c, name)
+            ]
+            if others:
+                raise Refused(
+                    f"{table} is still replicated by {', '.join(others)}: remove it there first "
+                    "(the root stops capturing it)"
+                )
+        with db.transaction() as cur:
+            if root:
+                # A table dropped since took its capture triggers with it.
+                with suppress(CascadeInputError):
+                    db.capture(cur, table, False)
+            db.set_table(cur, table, None)
+    return True, root
+
+
+def missing(c: CascadeSet, node: str) -> tuple[str | None, list[str]]:
+    """(``node``'s provider, the tables it replicates that ``node`` does not); (None, []) for
+    the root."""
+    with c.db(node) as db:
+        provider = db.state().provider
+        mine = db.tables()
+    if provider is None:
+        return None, []
+    return provider, sorted(set(tables(c, provider)) - set(mine))
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+def emit(c: CascadeSet, type_: str, data: dict[str, Any]) -> tuple[int, str]:
+    """Add a custom event at the set's live root (it travels with the next tick): (its id, the
+    root)."""
+    root = _find_root(c)
+    return node_ops.emit(c.location(root), type_, data), root
+
+
 # -- provider changes --------------------------------------------------------------------
 
 
 def candidates(c: CascadeSet, node: str) -> list[str]:
     """The nodes that can be ``node``'s provider now: they carry the queue, are not dead, are
-    not ``node`` or below it (no cycle), and still have the tick ``node`` is at."""
-    with c.db(node) as db:
-        position = db.state().position
+    not ``node`` or below it (no cycle), and still have the tick ``node`` is at. Refused for
+    the root."""
+    st = c.state(node)
+    _not_root(node, st)
+    position = st.position
     out = []
     for name in sorted(c.nodes):
         if name == node or c.dead(name):
@@ -119,8 +274,7 @@ def change_provider(c: CascadeSet, node: str, provider: str) -> None:
     """Point ``node`` at ``provider``; its worker follows within one micro-batch."""
     with c.db(node) as db:
         st = db.state()
-        if st.role is Role.ROOT:
-            raise Refused(f"{node} is the root: it has no provider (use switchover)")
+        _not_root(node, st)
         old = st.provider
         if old == provider:
             return
@@ -292,7 +446,67 @@ def members(c: CascadeSet) -> list[Member]:
     return out
 
 
+def status(c: CascadeSet) -> tuple[str | None, int | None, list[Member]]:
+    """(the live root, reachable and not tagged dead, or None; its global watermark; every
+    member, as :func:`members`)."""
+    found = members(c)
+    root = next((m.name for m in found if m.role == Role.ROOT and not m.dead and m.reachable), None)
+    watermark = None
+    if root is not None:
+        watermark = c.state(root).global_watermark
+    return root, watermark, found
+
+
+def check(c: CascadeSet, node: str, table: str | None = None) -> dict[str, Any]:
+    """Compare ``node``'s rows with its provider's (row count and checksum, see
+    :mod:`baton.cascade.compare`) for each table it replicates, or only ``table``: ``{"node",
+    "position", "provider", "provider_position", "equal", "tables"}``. A node behind its
+    provider differs until it catches up."""
+    results: dict[str, dict[str, Any]] = {}
+    with c.db(node) as db:
+        st = db.state()
+        if st.provider is None:
+            raise Refused(f"{node} is the root: it has no provider to compare with")
+        mine = db.tables()
+        if table is not None and table not in mine:
+            raise CascadeInputError(f"{node} does not replicate {table!r} (see 'tables')")
+        names = [table] if table is not None else sorted(mine)
+        provider = st.provider
+        with c.db(provider) as pdb:
+            pst = pdb.state()
+            theirs = pdb.tables()
+            position, provider_position = compare.position(db, st), compare.position(pdb, pst)
+            for name in names:
+                rows, checksum = compare.digest(db, name)
+                entry: dict[str, Any] = {"state": mine[name], "rows": rows}
+                if name in theirs:
+                    prows, pchecksum = compare.digest(pdb, name)
+                    entry |= {"provider_rows": prows,
+                              "equal": (rows, checksum) == (prows, pchecksum)}  # fmt: skip
+                else:
+                    entry |= {"provider_rows": None, "equal": False}
+                results[name] = entry
+    return {
+        "node": node,
+        "position": position,
+        "provider": provider,
+        "provider_position": provider_position,
+        "equal": all(r["equal"] for r in results.values()),
+        "tables": results,
+    }
+
+
 # -- switchover and failover ------------------------------------------------------------------
+
+
+def poll(condition: Callable[[], bool], timeout: float) -> None:
+    """Wait for ``condition``, checking it every :data:`POLL` seconds; :class:`NotFinished`
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise NotFinished(f"the condition did not hold within {timeout:g}s")
+        time.sleep(POLL)
 
 
 def _promote(db: NodeDB) -> int:
@@ -323,13 +537,18 @@ def _demote(db: NodeDB, provider: str, position: int) -> None:
 
 
 def switchover(
-    c: CascadeSet, new_root: str, wait: Callable[[Callable[[], bool], float], None], timeout: float
+    c: CascadeSet,
+    new_root: str,
+    wait: Callable[[Callable[[], bool], float], None] = poll,
+    timeout: float = 60.0,
 ) -> int:
     """Planned: ``new_root`` (a branch) becomes the root and the old root its branch, with no
     event lost or applied twice. The old root stops capturing and makes a last tick in one
     transaction; once ``new_root`` has applied that tick it is promoted. Writers must move to the
     new root: changes written to the old root after the switch are not captured. Returns the
-    switch tick."""
+    switch tick. ``wait(condition, timeout)`` waits for ``new_root`` to apply the switch tick;
+    when it raises :class:`NotFinished` (as :func:`poll` does), so does this, saying what to do
+    (the old root no longer captures: run it again)."""
     root = _find_root(c)
     if root == new_root:
         return _root_since(c, new_root)
@@ -350,10 +569,16 @@ def switchover(
     switch = int(last_t)
 
     def applied() -> bool:
-        with c.db(new_root) as db:
-            return db.state().position >= switch
+        return c.state(new_root).position >= switch
 
-    wait(applied, timeout)
+    try:
+        wait(applied, timeout)
+    except NotFinished:
+        raise NotFinished(
+            f"switchover to {new_root} not finished: it did not apply switch tick {switch} "
+            f"within {timeout:g}s (is its worker running?); {root} no longer captures changes: "
+            "run the same switchover again to finish it"
+        ) from None
     with c.db(root) as rdb:
         stray = list(rdb.events_after(switch))
         if any(e.type != WATERMARK for e in stray):
@@ -385,14 +610,24 @@ def switchover(
 def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live queue-carrying node with
     the highest tick, and redirect every node that received from the dead root to the new root.
-    Returns (new root, fork tick, notes about nodes that need attention)."""
+    Returns (new root, fork tick, notes about nodes that need attention).
+
+    Refused, before anything is tagged, when no live branch carries the queue; and while
+    ``dead_root`` is not tagged dead yet (a failover tags first), when it is reachable and not
+    the root or another live root exists: use tag-dead for a node that is not the root. Once it
+    is tagged, a re-run finishes the failover (or returns the new root if it is done)."""
     c.location(dead_root)  # an unknown name is refused before anything changes
     try:
-        with c.db(dead_root) as ddb:
-            role: Role | None = ddb.state().role
+        role: Role | None = c.state(dead_root).role
     except CascadeError:
         role = None  # unreachable, as a dead root usually is, or not a node any more
-    if role is not None and role is not Role.ROOT:
+    if not c.dead(dead_root):
+        if role is not None and role is not Role.ROOT:
+            raise Refused(f"{dead_root} is a {role}, not the root: use tag-dead for it")
+        other = live_root(c, exclude=dead_root)
+        if other is not None:
+            raise Refused(f"{dead_root} is not the root ({other} is): use tag-dead for it")
+    elif role is not None and role is not Role.ROOT:
         raise Refused(f"{dead_root} is not the root: failover replaces a root")
     best: tuple[int, str] | None = None
     notes: list[str] = []
@@ -574,15 +809,28 @@ def _root_since(c: CascadeSet, root: str) -> int:
 
 
 __all__ = [
+    "POLL",
     "CascadeSet",
+    "Member",
     "TickerConfig",
+    "add_table",
     "candidates",
     "change_provider",
+    "check",
+    "emit",
     "failover",
     "live_root",
+    "live_states",
     "members",
+    "missing",
+    "poll",
+    "refusing",
+    "remove_table",
     "resurrect",
     "set_paused",
+    "status",
+    "subscription_order",
     "switchover",
+    "tables",
     "tag",
 ]
