@@ -40,7 +40,11 @@ class ApplyResult:
 
 
 def reduce_events(events: Iterable[Event]) -> list[Event]:
-    """The last row event of every (table, key), in id order (what a batch leaves behind)."""
+    """The last row event of every (table, key), in id order (what a batch leaves behind).
+
+    The one definition of "a key's last event": the Spark sink's decoding of a micro-batch
+    (:func:`baton.spark.rows.decode`) and a table copy's catch-up
+    (:func:`baton.cascade.node_ops.copy_table`) both use it."""
     last: dict[tuple[str, str], Event] = {}
     for e in events:
         if e.type in ROW_TYPES and e.table is not None and e.key is not None:
@@ -90,6 +94,21 @@ def rows_by_table(
     return out
 
 
+def write_rows(
+    db: NodeDB,
+    cur: Any,
+    per_table: dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]],
+) -> int:
+    """Write what :func:`rows_by_table` returned, set-wise (one delete and one upsert statement
+    per table); the number of rows written or deleted."""
+    rows = 0
+    for table, (cols, pk, ups, dels) in per_table.items():
+        db.delete_keys(cur, table, pk, dels)
+        db.upsert(cur, table, cols, ups)
+        rows += len(ups) + len(dels)
+    return rows
+
+
 def apply_batch(
     db: NodeDB,
     ticks: Sequence[Tick],
@@ -127,12 +146,7 @@ def apply_batch(
             )
         tables = db.tables()
         skip = {t: db.table_tick(t) for t in tables}
-        per_table = rows_by_table(db, reduced, tables, skip)
-        rows = 0
-        for table, (cols, pk, ups, dels) in per_table.items():
-            db.delete_keys(cur, table, pk, dels)
-            db.upsert(cur, table, cols, ups)
-            rows += len(ups) + len(dels)
+        rows = write_rows(db, cur, rows_by_table(db, reduced, tables, skip))
         for table, state in tables.items():
             if state == "catching-up" and skip[table] <= end:
                 db.set_table(cur, table, "ok", skip[table])  # past its copy's tick: caught up

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from baton.cascade.apply import apply_batch, reduce_events
+from baton.cascade.apply import apply_batch, reduce_events, rows_by_table, write_rows
 from baton.cascade.db import NodeDB, open_node_db
-from baton.cascade.model import ROW_TYPES, NodeState, Role
+from baton.cascade.model import ROW_TYPES, Event, NodeState, Role
 from baton.errors import CascadeInputError, Refused
 
 #: A node or set name (the node API's schema uses the same pattern).
@@ -253,15 +253,10 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
         return state
 
 
-def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[object]) -> None:
-    from baton.cascade.apply import rows_by_table
-    from baton.cascade.model import Event
-
-    reduced = reduce_events(e for e in events if isinstance(e, Event))
-    per = rows_by_table(db, reduced, {table: "ok"}, {})
-    for t, (cols, pk, ups, dels) in per.items():
-        db.delete_keys(cur, t, pk, dels)
-        db.upsert(cur, t, cols, ups)
+def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[Event]) -> None:
+    """Apply ``events`` to ``table`` as a micro-batch is applied: each key's last event
+    (:func:`~baton.cascade.apply.reduce_events`), set-wise."""
+    write_rows(db, cur, rows_by_table(db, reduce_events(events), {table: "ok"}, {}))
 
 
 def emit(location: str, type_: str, data: dict[str, object], table: str | None = None,

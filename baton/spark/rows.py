@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from baton.cascade.apply import reduce_events
 from baton.cascade.model import ROW_TYPES, Event, Tick
 from baton.errors import CascadeError
 
@@ -83,24 +84,12 @@ def _events(table: pa.Table) -> list[Event]:
     return list(map(Event._make, zip(*columns, strict=True)))
 
 
-def last_per_key(table: pa.Table) -> pa.Array:
-    """A mask of ``table``'s rows that are their (table, key)'s last row event: the highest
-    id per key, by a hash aggregation over Arrow. (:func:`baton.cascade.apply.reduce_events`
-    is the same rule over Python events, for the paths that have no Arrow table.)"""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    rows = pc.is_in(table.column("ev_type"), value_set=pa.array(sorted(ROW_TYPES)))
-    top = table.filter(rows).group_by(["ev_table", "ev_key"]).aggregate([("ev_id", "max")])
-    return pc.and_(rows, pc.is_in(table.column("ev_id"), value_set=top.column("ev_id_max")))
-
-
 def decode(table: pa.Table, carries_queue: bool, whole: bool = True) -> MicroBatch | None:
     """Decode a micro-batch given as an Arrow table of the source's columns; None when it
     holds no tick (an empty micro-batch). ``whole``: refuse a table that lacks some of the
     micro-batch's events (a repartitioned read), since applying part of one would skip the
-    rest for good."""
-    import pyarrow as pa
+    rest for good. Each key's last event is found by the cascade's one rule,
+    :func:`baton.cascade.apply.reduce_events` (the copy's catch-up uses it too)."""
     import pyarrow.compute as pc
 
     is_tick = pc.equal(table.column("ev_type"), TICK_ROW)
@@ -121,9 +110,10 @@ def decode(table: pa.Table, carries_queue: bool, whole: bool = True) -> MicroBat
             f"micro-batch ending at tick {ticks[-1].tick_id} came in parts ({rest.num_rows} of "
             f"{datas[0]['events']} events): read it without repartitioning; nothing applied"
         )
-    rows = pc.is_in(rest.column("ev_type"), value_set=pa.array(sorted(ROW_TYPES)))
-    reduced = _events(rest.filter(last_per_key(rest)))
-    events = _events(rest if carries_queue else rest.filter(pc.invert(rows)))
+    events = _events(rest)
+    reduced = reduce_events(events)
+    if not carries_queue:
+        events = [e for e in events if e.type not in ROW_TYPES]
     return MicroBatch(ticks, reduced, events)
 
 
@@ -135,7 +125,6 @@ __all__ = [
     "MicroBatch",
     "decode",
     "event_row",
-    "last_per_key",
     "record_batch",
     "tick_rows",
 ]
