@@ -64,10 +64,13 @@ class NodeDB(abc.ABC):
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """A write transaction (serialised with other writers); yields a cursor."""
 
-    # The bookkeeping below is the same SQL on every backend but for the parameter mark.
+    # The bookkeeping below is the same SQL on every backend but for the parameter mark and the
+    # clock.
 
     #: The driver's parameter mark (``?`` for sqlite3, ``%s`` for psycopg).
     _mark = "?"
+    #: SQL for the database's clock, in seconds since the epoch (a double).
+    _now: str
 
     @abc.abstractmethod
     def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
@@ -189,8 +192,16 @@ class NodeDB(abc.ABC):
 
     # -- subscribers ------------------------------------------------------------------------
 
-    @abc.abstractmethod
-    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None: ...
+    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None:
+        """Record the lowest tick ``subscriber`` (and its subtree) has applied."""
+        cur.execute(
+            self._sql(
+                "INSERT INTO baton_subscriber (name, watermark, updated) "
+                f"VALUES (?, ?, {self._now}) ON CONFLICT (name) DO UPDATE "
+                "SET watermark = excluded.watermark, updated = excluded.updated"
+            ),
+            (subscriber, tick),
+        )
 
     def drop_subscriber(self, cur: Any, subscriber: str) -> None:
         cur.execute(self._sql("DELETE FROM baton_subscriber WHERE name = ?"), (subscriber,))

@@ -254,26 +254,28 @@ class _TickRow:
         return cls(tick, _Snapshot.parse(row[2]) if row[4] else None)
 
 
-def _covered(upto: _TickRow | None) -> tuple[sql.Composable, list[Any]]:
-    """The condition on captured (``ev_tick IS NULL``) events: in a batch up to ``upto``."""
+def _seen(snap: _Snapshot, seen: bool = True) -> tuple[sql.Composable, list[Any]]:
+    """The condition on captured events: their transaction is visible in ``snap`` (or, not
+    ``seen``, it is not). Every transaction from xmax on is invisible and every one below xmin
+    visible: the bound on ``ev_txid`` lets the txid index serve."""
+    op, bound, negation = ("<", snap.xmax, "") if seen else (">=", snap.xmin, "NOT ")
+    visible = "pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot)"
+    return sql.SQL(f"ev_txid {op} %s AND {negation}{visible}"), [bound, snap.text]
+
+
+def _covered(upto: _TickRow | None, covered: bool = True) -> tuple[sql.Composable, list[Any]]:
+    """The condition on captured (``ev_tick IS NULL``) events: in a batch up to ``upto`` (or,
+    not ``covered``, after it: the negation)."""
     if upto is None:
-        return sql.SQL("FALSE"), []
+        return sql.SQL("FALSE" if covered else "TRUE"), []
     if upto.snap is None:
-        return sql.SQL("ev_id <= %s"), [upto.tick.ev_high]
-    # Every transaction from xmax on is invisible: the bound lets the txid index serve.
-    cond = "ev_txid < %s AND pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot)"
-    return sql.SQL(cond), [upto.snap.xmax, upto.snap.text]
+        return sql.SQL("ev_id <= %s" if covered else "ev_id > %s"), [upto.tick.ev_high]
+    return _seen(upto.snap, covered)
 
 
 def _after(tick: _TickRow | None) -> tuple[sql.Composable, list[Any]]:
-    """The condition on captured events: not in a batch up to ``tick`` (the negation)."""
-    if tick is None:
-        return sql.SQL("TRUE"), []
-    if tick.snap is None:
-        return sql.SQL("ev_id > %s"), [tick.tick.ev_high]
-    # Every transaction below xmin is visible: the bound lets the txid index serve.
-    cond = "ev_txid >= %s AND NOT pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot)"
-    return sql.SQL(cond), [tick.snap.xmin, tick.snap.text]
+    """The condition on captured events: not in a batch up to ``tick``."""
+    return _covered(tick, covered=False)
 
 
 def _is_after(tick: _TickRow | None, ev_id: int, txid: int) -> bool:
@@ -295,11 +297,8 @@ class _Run:
 
     def condition(self) -> tuple[sql.Composable, list[Any]]:
         low, low_args = _after(self.before)
-        xmax, snap = self.ticks[-1][1].xmax, self.ticks[-1][1].text
-        cond = sql.SQL(
-            "({} AND ev_txid < %s AND pg_visible_in_snapshot(ev_txid::text::xid8, %s::pg_snapshot))"
-        ).format(low)
-        return cond, [*low_args, xmax, snap]
+        high, high_args = _seen(self.ticks[-1][1])
+        return sql.SQL("({} AND {})").format(low, high), [*low_args, *high_args]
 
     def tick_of(self, ev_id: int, txid: int) -> int | None:
         """The first tick of the run whose snapshot sees the event (None: not in the run)."""
@@ -328,6 +327,7 @@ class PostgresNodeDB(NodeDB):
     connection's default schema. See the module docstring for how batches are cut."""
 
     _mark = "%s"
+    _now = _NOW
 
     def __init__(self, location: str) -> None:
         self.location = location
@@ -694,16 +694,6 @@ class PostgresNodeDB(NodeDB):
         ).rowcount
         n += cur.execute("DELETE FROM baton_tick WHERE tick_id < %s", (below_tick,)).rowcount
         return int(n)
-
-    # -- subscribers ------------------------------------------------------------------------
-
-    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None:
-        cur.execute(
-            "INSERT INTO baton_subscriber (name, watermark, updated) "
-            f"VALUES (%s, %s, {_NOW}) ON CONFLICT (name) DO UPDATE "
-            "SET watermark = excluded.watermark, updated = excluded.updated",
-            (subscriber, tick),
-        )
 
     # -- replicated tables ------------------------------------------------------------------
 

@@ -109,6 +109,8 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
 
 
 class SQLiteNodeDB(NodeDB):
+    _now = _NOW
+
     def __init__(self, location: str, readonly: bool = False) -> None:
         self.location = location
         try:  # the store's parser: every spelling means the same file everywhere
@@ -328,16 +330,6 @@ class SQLiteNodeDB(NodeDB):
         ).rowcount
         n += cur.execute("DELETE FROM baton_tick WHERE tick_id < ?", (below_tick,)).rowcount
         return int(n)
-
-    # -- subscribers ------------------------------------------------------------------------
-
-    def set_watermark(self, cur: Any, subscriber: str, tick: int) -> None:
-        cur.execute(
-            "INSERT INTO baton_subscriber (name, watermark, updated) VALUES (?, ?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET watermark = excluded.watermark, "
-            "updated = excluded.updated",
-            (subscriber, tick, time.time()),
-        )
 
     # -- replicated tables ------------------------------------------------------------------
 
