@@ -8,9 +8,14 @@ object) is :mod:`baton.service`.
 - :mod:`~baton.cascade.db`: node databases (SQLite, PostgreSQL) and :func:`open_node_db`;
 - :mod:`~baton.cascade.ticker`: ticks and the global watermark at the root;
 - :mod:`~baton.cascade.watermark`: providers pulling their subscribers' watermarks;
-- :mod:`~baton.cascade.apply`: one micro-batch applied in one fenced transaction;
-- :mod:`~baton.cascade.node_ops`: operations on one node (create, add a table, copy, emit);
-- :mod:`~baton.cascade.set_ops`: operations on a set (:class:`CascadeSet`: providers, tags,
-  pause, switchover, failover, resurrect, members);
-- :mod:`~baton.cascade.commands`: the checked operations the CLI and the node API share.
+- :mod:`~baton.cascade.apply`: one micro-batch applied in one fenced transaction, and the one
+  rule for a key's last event (:func:`~baton.cascade.apply.reduce_events`);
+- :mod:`~baton.cascade.compare`: a table's row count and checksum, the tick a node reflects;
+- :mod:`~baton.cascade.node_ops`: operations on one node (the name, event-type and table-shape
+  rules; create, add a table, copy, emit);
+- :mod:`~baton.cascade.set_ops`: operations on a set (:class:`CascadeSet`: add-table on one
+  node or all, remove-table, missing, emit at the root, providers, tags, pause, members and
+  status, check, switchover, failover, resurrect);
+- :mod:`~baton.cascade.commands`: the thin adapter the CLI and the node API share (arguments
+  in, one operation, results and kinds of error out).
 """

@@ -14,7 +14,8 @@ The transaction (on the subscriber's node database):
 
 Events carry full row images, so applying a key's last event of a batch gives the same result
 as applying all of them in order; and applying a batch twice, or events already reflected in a
-table copy, changes nothing.
+table copy, changes nothing. A key's last event is found by :func:`reduce_events` alone: the
+Spark sink and a table copy's catch-up both use it.
 """
 
 from __future__ import annotations

@@ -5,11 +5,12 @@ that a switchover waits for the new root's worker to apply the switch tick. A se
 through ``--via LOCATION`` (any member's location, or ``BATON_CASCADE``) because the node list is
 the one thing every member holds.
 
-The operations and their checks are in :mod:`baton.cascade.commands` (shared with the node's
-HTTP API); this module parses arguments and prints. Every command is resumable (running it again
-after an interruption finishes the job, and running it again after it finished changes nothing),
-and bad input is refused as one line on stderr with exit status 2 before anything is written; a
-node database that cannot be reached is exit 1.
+The commands run through :mod:`baton.cascade.commands` (shared with the node's HTTP API; the
+operations and their rules are in :mod:`baton.cascade.set_ops` and
+:mod:`baton.cascade.node_ops`); this module parses arguments and prints. Every command is
+resumable (running it again after an interruption finishes the job, and running it again after
+it finished changes nothing), and bad input is refused as one line on stderr with exit status 2
+before anything is written; a node database that cannot be reached is exit 1.
 """
 
 from __future__ import annotations
