@@ -8,6 +8,8 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql)
 # nftables: the partition tests (a controller cut off from one node) drop packets with it.
 command -v nft >/dev/null 2>&1 || need+=(nftables)
+# faketime: the fault campaign jumps one elect candidate's clock (libfaketime, LD_PRELOAD).
+command -v faketime >/dev/null 2>&1 || need+=(faketime)
 # sqlite3: the quickstart (and its test) creates tables with the SQLite shell.
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 # Java for Spark (the data pipeline runs on PySpark, which starts a JVM).

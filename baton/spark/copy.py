@@ -2,7 +2,8 @@
 
 ``spark.read.format("batontable").option("location", L).option("table", T).load()`` reads a
 node's table in parallel partitions (rowid ranges on SQLite; one partition on PostgreSQL), one
-row per record as a JSON array in the table's column order. :func:`spark_rows` turns that into
+row per record as a JSON array in the table's column order (option ``rowsPerPartition``, rows
+per SQLite partition, counted, not a rowid span). :func:`spark_rows` turns that into
 the row reader :func:`baton.cascade.node_ops.copy_table` takes.
 """
 
@@ -32,6 +33,31 @@ class RowRange(InputPartition):
         self.high = high
 
 
+def row_ranges(conn: Any, table: str, rows: int) -> list[RowRange]:
+    """Rowid ranges of about ``rows`` rows each, cut by row count, not by rowid span.
+
+    Rowids can be sparse (an application's own integer keys, a negative probe key beside small
+    ones): ranges of a fixed rowid width then number in the millions and their partition
+    descriptions alone filled the driver's heap (``OutOfMemoryError`` in the copy). SQLite
+    numbers the rows in one pass over the rowid index and keeps every ``rows``-th rowid.
+    """
+    from baton.cascade.db import ident
+
+    starts = [
+        rowid
+        for (rowid,) in conn.execute(
+            f"SELECT rowid FROM (SELECT rowid, row_number() OVER (ORDER BY rowid) AS k "
+            f"FROM {ident(table)}) WHERE (k - 1) % ? = 0 ORDER BY rowid",
+            (rows,),
+        )
+    ]
+    if not starts:
+        return [RowRange(None, None)]
+    (high,) = conn.execute(f"SELECT max(rowid) FROM {ident(table)}").fetchone()
+    ends = [b - 1 for b in starts[1:]] + [high]
+    return [RowRange(low, end) for low, end in zip(starts, ends, strict=True)]
+
+
 class TableSource(DataSource):
     """Batch read of one replicated table of a node database."""
 
@@ -50,30 +76,24 @@ class TableReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.location = options["location"]
         self.table = options["table"]
+        self.rows_per_partition = int(options.get("rowsPerPartition", ROWS_PER_PARTITION))
 
     def partitions(self) -> Sequence[InputPartition]:
         if not self.location.startswith("sqlite:"):
             return [RowRange(None, None)]
         import sqlite3
 
-        from baton.cascade.db import ident
         from baton.cascade.db.sqlite import connect_readonly
         from baton.store import sqlite_path
 
         # Any spelling, as the store; read-only: the provider is another node.
         conn = connect_readonly(Path(sqlite_path(self.location)))
         try:
-            low, high = conn.execute(
-                f"SELECT min(rowid), max(rowid) FROM {ident(self.table)}"
-            ).fetchone()
+            return row_ranges(conn, self.table, self.rows_per_partition)
         except sqlite3.OperationalError:  # a WITHOUT ROWID table: read it whole
             return [RowRange(None, None)]
         finally:
             conn.close()
-        if low is None:
-            return [RowRange(None, None)]
-        step = ROWS_PER_PARTITION
-        return [RowRange(a, min(a + step - 1, high)) for a in range(low, high + 1, step)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
         assert isinstance(partition, RowRange)
@@ -102,8 +122,9 @@ class TableReader(DataSourceReader):
             conn.close()
 
 
-def spark_rows(spark: SparkSession) -> RowReader:
-    """A row reader for :func:`baton.cascade.node_ops.copy_table` that reads with Spark."""
+def spark_rows(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITION) -> RowReader:
+    """A row reader for :func:`baton.cascade.node_ops.copy_table` that reads with Spark, in
+    partitions of about ``rows_per_partition`` rows on SQLite."""
     spark.dataSource.register(TableSource)
 
     def read(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
@@ -116,6 +137,7 @@ def spark_rows(spark: SparkSession) -> RowReader:
             spark.read.format("batontable")
             .option("location", location)
             .option("table", table)
+            .option("rowsPerPartition", str(rows_per_partition))
             .load()
         )
         rows = [decode(r, exact) for r in df.toArrow().column("row").to_pylist()]

@@ -60,6 +60,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("baton.node",),
     # The public test kit: local clusters, servers, processes.
     ("baton.testing",),
+    # The fault campaign (``python -m baton.chaos``): network namespaces, faults, a history and
+    # its checker, over a cluster of real processes started with the test kit.
+    ("baton.chaos",),
     # ``baton demo``: walks through a local cluster with the test kit.
     ("baton.demo", "baton.demo_cascade", "baton.demo_placement"),
     # The command line, over everything.

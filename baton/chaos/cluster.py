@@ -1,0 +1,425 @@
+"""The campaign's cluster: five hosts in network namespaces, each with a node agent and a
+``baton elect`` candidate per job lease; a Redis store on a host of its own; a cascade
+root -> branch -> leaf whose node services are objects placed by the controller; placed
+counters; and a writer at the root that records every write in the history.
+
+Every process is started in a session of its own (so a signal reaches its whole process group:
+a paused agent pauses its Spark JVM too) inside its host's namespace. Nothing here judges what
+happens: :mod:`baton.chaos.checker` does, from the history and the node databases.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from baton.cascade import commands
+from baton.cascade.model import Role
+from baton.chaos.history import History
+from baton.chaos.net import Network
+from baton.testing.waiting import wait_for
+
+#: The libfaketime that shifts one process's clocks (Debian ``faketime``); CLOCK_MONOTONIC too.
+FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+LEASES = ("job-a", "job-b")
+COUNTERS = ("c1", "c2")
+CASCADE = {"s1": None, "s2": "s1", "s3": "s2"}
+STORE_PORT = 6390
+
+
+@dataclass
+class Service:
+    """One long-running process of the cluster, inside a host."""
+
+    name: str
+    host: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    popen: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+
+    def start(self, net: Network, logs: Path) -> None:
+        out = (logs / f"{self.name}.log").open("ab")
+        self.popen = subprocess.Popen(
+            net.argv(self.host, self.argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+        )
+        out.close()
+        self.paused = False
+
+    @property
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+        if sig == signal.SIGSTOP:
+            self.paused = True
+        elif sig == signal.SIGCONT:
+            self.paused = False
+
+    def kill(self) -> None:
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.popen.wait(15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def java_of(pid: int) -> list[int]:
+    """The JVMs (Spark drivers) started under ``pid``."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
+class ChaosCluster:
+    """See the module docstring. ``directory`` keeps everything: logs, history, databases."""
+
+    def __init__(self, directory: Path, *, hosts: int = 5, ttl: float = 2.0) -> None:
+        self.dir = directory
+        self.ttl = ttl
+        self.hosts = [f"h{i + 1}" for i in range(hosts)]
+        self.logs = directory / "logs"
+        self.history_dir = directory / "history"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.net = Network([*self.hosts, "st"])
+        self.store_url = f"redis://{self.net.address('st')}:{STORE_PORT}/0"
+        self.token_file = directory / "token"
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+        self.token = self.token_file.read_text().strip()
+        self.resource = directory / "fenced.db"
+        self.cascade_dir = directory / "cascade"
+        self.services: dict[str, Service] = {}
+        self.clock_files: dict[str, Path] = {}
+        self.ports = {h: 7400 + i for i, h in enumerate(self.hosts)}
+        self.history = History(self.history_dir, "harness")
+        self.writer: Writer | None = None
+        self._define()
+
+    # -- the processes -------------------------------------------------------------------------
+
+    def _define(self) -> None:
+        bin_dir = Path(sys.executable).parent
+        store_dir = self.dir / "store"
+        store_dir.mkdir(exist_ok=True)
+        self.services["store"] = Service(
+            "store",
+            "st",
+            [
+                "redis-server",
+                "--bind", self.net.address("st"),
+                "--port", str(STORE_PORT),
+                "--protected-mode", "no",
+                "--save", "",
+                # Kept on restart (appendonly, fsync each write); the store-lost fault removes it.
+                "--appendonly", "yes",
+                "--appendfsync", "always",
+                "--dir", str(store_dir),
+            ],
+        )  # fmt: skip
+        for host in self.hosts:
+            self.services[f"agent-{host}"] = Service(
+                f"agent-{host}",
+                host,
+                [str(bin_dir / "baton"), "node"],
+                {
+                    "BATON_NODE_ID": host,
+                    "BATON_STORE": self.store_url,
+                    "BATON_TOKEN_FILE": str(self.token_file),
+                    "BATON_DATA_DIR": str(self.dir / "agents" / host),
+                    "BATON_LISTEN": f"{self.net.address(host)}:{self.ports[host]}",
+                    "BATON_TTL": str(self.ttl),
+                    "BATON_RECONCILE_INTERVAL": "0.5",
+                    "BATON_SPARK_MASTER": "local[1]",
+                    # Spark's driver binds inside the namespace, where the host name resolves
+                    # to nothing the namespace has.
+                    "SPARK_LOCAL_IP": "127.0.0.1",
+                },
+            )
+            for lease in LEASES:
+                clock = self.dir / "clocks" / f"{lease}-{host}"
+                clock.parent.mkdir(exist_ok=True)
+                clock.write_text("+0\n")
+                name = f"elect-{lease}-{host}"
+                self.clock_files[name] = clock
+                self.services[name] = Service(
+                    name,
+                    host,
+                    [
+                        str(bin_dir / "baton"), "elect", lease,
+                        "--store", self.store_url, "--ttl", str(self.ttl), "--id", host,
+                        "--", sys.executable, "-m", "baton.chaos.job",
+                        str(self.resource), str(self.history_dir),
+                    ],
+                    {
+                        "LD_PRELOAD": FAKETIME,
+                        "FAKETIME_TIMESTAMP_FILE": str(clock),
+                        "FAKETIME_CACHE_DURATION": "1",
+                    },
+                )  # fmt: skip
+
+    def start(self) -> None:
+        from baton.chaos.resource import FencedResource
+
+        FencedResource(self.resource)
+        self.services["store"].start(self.net, self.logs)
+        wait_for(self._store_up, timeout=20, what="the store to answer")
+        for name, svc in self.services.items():
+            if name != "store":
+                svc.start(self.net, self.logs)
+        self.history.record("cluster-start", hosts=self.hosts)
+
+    def _store_up(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis(self.net.address("st"), STORE_PORT, socket_timeout=1).ping())
+        except redis.RedisError:
+            return False
+
+    def restart(self, name: str) -> None:
+        svc = self.services[name]
+        svc.kill()
+        svc.start(self.net, self.logs)
+        if name == "store":
+            wait_for(self._store_up, timeout=20, what="the store to answer")
+
+    def agents(self) -> list[str]:
+        return [f"agent-{h}" for h in self.hosts]
+
+    # -- what the harness asks the cluster, through the API ------------------------------------
+
+    def api(self, host: str, path: str) -> Any:
+        res = httpx.get(
+            f"http://{self.net.address(host)}:{self.ports[host]}{path}",
+            headers={"authorization": f"Bearer {self.token}"},
+            timeout=2,
+        )
+        res.raise_for_status()
+        return res.json()
+
+    def views(self, path: str) -> dict[str, Any]:
+        """``path`` as every answering, unpaused agent sees it."""
+        out = {}
+        for host in self.hosts:
+            if self.services[f"agent-{host}"].paused:
+                continue
+            try:
+                out[host] = self.api(host, path)
+            except (httpx.HTTPError, ValueError):
+                continue
+        return out
+
+    def cli(self, *args: str) -> str:
+        baton = str(Path(sys.executable).parent / "baton")
+        res = subprocess.run(
+            [baton, *args], capture_output=True, text=True, check=False, timeout=60,
+            env={**os.environ, "BATON_STORE": self.store_url},
+        )  # fmt: skip
+        if res.returncode != 0:
+            raise RuntimeError(f"baton {' '.join(args)}: {res.stderr.strip()}")
+        return res.stdout
+
+    # -- the cascade and the placed objects ----------------------------------------------------
+
+    def location(self, node: str) -> str:
+        return f"sqlite://{self.cascade_dir / node}.db"
+
+    def create_objects(self) -> None:
+        """Counters and the cascade (tables created empty, so no copy races the writer)."""
+        for name in COUNTERS:
+            self.cli("object", "create", "counter", name, "--partitions", "2", "--replicas", "3")
+        self.cascade_dir.mkdir(exist_ok=True)
+        for node, provider in CASCADE.items():
+            db = sqlite3.connect(self.cascade_dir / f"{node}.db")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, n INTEGER NOT NULL, "
+                "writer TEXT NOT NULL)"
+            )
+            if provider is not None:
+                _audit_triggers(db)
+            db.commit()
+            db.close()
+            if provider is None:
+                commands.create_root(node, self.location(node), "chaos")
+            else:
+                role = Role.LEAF if node == "s3" else Role.BRANCH
+                commands.create_subscriber(
+                    role, node, self.location(node), provider, self.location(provider)
+                )
+            commands.add_table(self.location("s1"), "items", node)
+        for node in CASCADE:
+            spec = json.dumps({"location": self.location(node)})
+            self.cli("object", "create", "cascade-worker", node, "--replicas", "2", "--spec", spec)
+
+    def start_writer(self, seed: int) -> Writer:
+        self.writer = Writer(self.cascade_dir / "s1.db", self.history_dir, seed)
+        self.writer.start()
+        return self.writer
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.halt.set()
+            self.writer.join(30)
+        for name, svc in self.services.items():
+            if name != "store":
+                svc.stop()
+        self.services["store"].stop()
+        self.history.close()
+        self.net.close()
+
+
+def _audit_triggers(db: sqlite3.Connection) -> None:
+    """A user's append-only audit of what the apply did to ``items`` on a subscriber: a row per
+    row version written. Events carry whole row images, so a replayed event leaves no trace in
+    ``items`` itself; here it leaves a second row for the same (id, n)."""
+    db.execute("CREATE TABLE IF NOT EXISTS items_applied (id INTEGER, n INTEGER, op TEXT)")
+    for op, row in (("INSERT", "new"), ("UPDATE", "new"), ("DELETE", "old")):
+        db.execute(
+            f"CREATE TRIGGER IF NOT EXISTS items_audit_{op.lower()} AFTER {op} ON items "
+            f"BEGIN INSERT INTO items_applied VALUES ({row}.id, {row}.n, '{op[0]}'); END"
+        )
+
+
+class Writer(threading.Thread):
+    """Steady transactions at the root: inserts of new ids, updates that bump ``n``, deletes.
+    Each is recorded with its outcome (``ok`` true only once COMMIT returned)."""
+
+    def __init__(self, root_db: Path, history_dir: Path, seed: int, interval: float = 0.02):
+        super().__init__(daemon=True, name="chaos-writer")
+        self.root_db = root_db
+        self.history = History(history_dir, "writer")
+        self.rng = random.Random(seed)
+        self.interval = interval
+        self.halt = threading.Event()
+        self.live: dict[int, int] = {}
+        self.next_id = 1
+        self.acked = 0
+
+    def run(self) -> None:
+        db = sqlite3.connect(self.root_db, timeout=5, isolation_level=None)
+        try:
+            while not self.halt.wait(self.interval):
+                self._one(db)
+        finally:
+            db.close()
+            self.history.close()
+
+    def _one(self, db: sqlite3.Connection) -> None:
+        r = self.rng.random()
+        if r < 0.6 or not self.live:
+            op, id_, n = "insert", self.next_id, 0
+            self.next_id += 1
+            sql = "INSERT INTO items VALUES (?, ?, 'w')"
+            args: tuple[int, ...] = (id_, n)
+        elif r < 0.9:
+            op = "update"
+            id_ = self.rng.choice(list(self.live))
+            n = self.live[id_] + 1
+            sql, args = "UPDATE items SET n = ? WHERE id = ?", (n, id_)
+        else:
+            op = "delete"
+            id_ = self.rng.choice(list(self.live))
+            n = self.live[id_]
+            sql, args = "DELETE FROM items WHERE id = ?", (id_,)
+        self.history.record("write", op=op, id=id_, n=n, state="invoke")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(sql, args)
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            # Refused before COMMIT returned: SQLite rolled it back, so it did not happen.
+            self.history.record("write", op=op, id=id_, n=n, state="fail", error=type(exc).__name__)
+            return
+        self.acked += 1
+        if op == "delete":
+            self.live.pop(id_, None)
+        else:
+            self.live[id_] = n
+        self.history.record("write", op=op, id=id_, n=n, state="ok")
+
+
+def probe_lag(cluster: ChaosCluster, timeout: float) -> float | None:
+    """A user's lag: seconds from a commit at the root to the leaf showing it (None: not in
+    ``timeout``). Writes a fresh row and polls the leaf's database read-only."""
+    root = cluster.cascade_dir / "s1.db"
+    leaf = cluster.cascade_dir / "s3.db"
+    probe_id = -int(time.time() * 1000)
+    db = sqlite3.connect(root, timeout=5, isolation_level=None)
+    try:
+        db.execute("INSERT INTO items VALUES (?, 0, 'probe')", (probe_id,))
+    finally:
+        db.close()
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            ro = sqlite3.connect(f"file:{leaf}?mode=ro", uri=True, timeout=1)
+            try:
+                found = ro.execute("SELECT 1 FROM items WHERE id = ?", (probe_id,)).fetchone()
+            finally:
+                ro.close()
+        except sqlite3.Error:
+            found = None
+        if found:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
