@@ -56,6 +56,10 @@ LAYERS: list[tuple[str, ...]] = [
     # The public API (``baton/__init__.py``): re-exports the layers below (those above the
     # leadership layer lazily). Nothing below imports it.
     ("baton",),
+    # Live channels (one upstream per channel, led under a lease) and store failover (a Redis
+    # master switch every client agrees to): services the node agent runs and serves, which talk
+    # to other nodes over HTTP, never through the agent's objects.
+    ("baton.channels", "baton.failover"),
     # The node agent: membership, the controller role, the HTTP API; runs workloads.
     ("baton.node",),
     # The public test kit: local clusters, servers, processes.
