@@ -17,6 +17,7 @@ never reads a message.
     ├── StoreError                 the coordination store failed us
     │   ├── StoreUnavailable       cannot connect, connection lost, server gone
     │   ├── StoreTimeout           the store did not answer within the request timeout
+    │   ├── NoMaster               the Redis master file is empty: a switch is under way
     │   └── FeedCompacted          a change-feed position is no longer available: re-list
     ├── LeaseError                 leadership problems
     │   ├── LeaseLost              a lease we held is gone (``reason`` says why)
@@ -33,7 +34,14 @@ never reads a message.
     │   │   └── NodeUnreachable    a node database cannot be used now: down, locked past the
     │   │                          busy timeout, I/O error, disk full (try again later)
     │   └── FencedOut              (above: a StaleEpoch)
+    ├── ChannelError               a live channel subscription could not be served
+    │   ├── BadChannel             a malformed channel name or unknown namespace (also a
+    │   │                          ConfigError: bad input)
+    │   ├── ChannelRefused         the channel's handler refused the subscriber
+    │   ├── ChannelUnavailable     the leader did not answer, or changed meanwhile: retry
+    │   └── ChannelFinished        the upstream finished cleanly: nothing more will come
     ├── PeerError                  another node's API could not be reached or answered an error
+    ├── FailoverError              a store-failover round or planned switch did not complete
     ├── ServerError                a test server (baton.testing) could not be started
     └── WaitTimeout                a condition (baton.testing) did not hold before its deadline;
                                    also an AssertionError, so test runners report a failed check
@@ -76,6 +84,12 @@ class StoreUnavailable(StoreError):
 
 class StoreTimeout(StoreError):
     """The store did not answer within the request timeout."""
+
+
+class NoMaster(StoreUnavailable):
+    """The Redis master file (seed 002) is empty or missing: a master switch is under way and
+    its configuration client has stopped every worker on the host from using the old master.
+    Nothing was sent to any server; try again once the file names the new master."""
 
 
 class FeedCompacted(StoreError):
@@ -174,6 +188,48 @@ class FencedOut(StaleEpoch, CascadeError):
     worker took over, and this one must stop. Nothing was applied."""
 
 
+# -- live channels -------------------------------------------------------------------------------
+
+
+class ChannelError(BatonError):
+    """A live channel subscription could not be served. ``code`` is the protocol's code for the
+    kind (see ``docs/channels.md``), ``reason`` the one line sent to the subscriber."""
+
+    code = 4500
+
+    def __init__(self, reason: str, code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        if code is not None:
+            self.code = code
+
+
+class BadChannel(ChannelError, ConfigError):
+    """A malformed channel name (``namespace:path``) or a namespace no handler serves.
+    Nothing was subscribed."""
+
+    code = 4400
+
+
+class ChannelRefused(ChannelError):
+    """The channel's handler refused the subscriber (or its token). Not retried."""
+
+    code = 4403
+
+
+class ChannelUnavailable(ChannelError):
+    """The channel's leader did not answer a forwarded subscribe, or leadership changed in the
+    middle of it: nothing was subscribed; subscribing again may succeed."""
+
+    code = 4503
+
+
+class ChannelFinished(ChannelError):
+    """The channel's upstream finished cleanly: the subscription is over."""
+
+    code = 4100
+
+
 # -- other nodes and the test kit ------------------------------------------------------------------
 
 
@@ -184,6 +240,13 @@ class PeerError(BatonError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class FailoverError(BatonError):
+    """A store-failover round or a planned switch (``baton redis-failover``) did not complete:
+    a client did not confirm, no replica could be promoted, or a newer round took over. What
+    was done is safe (clients that invalidated keep an empty master file until a later round
+    completes) and the message says what held it back."""
 
 
 class ServerError(BatonError):
