@@ -230,6 +230,14 @@ class ChannelFinished(ChannelError):
     code = 4100
 
 
+class BadFrame(ChannelError, ConfigError):
+    """A client's WebSocket frame breaks the protocol (not JSON, not an object, an unknown
+    type, a missing field, too large, a wrong token): the connection is closed with ``code``
+    and the one-line reason; nothing else is affected."""
+
+    code = 4000
+
+
 # -- other nodes and the test kit ------------------------------------------------------------------
 
 
