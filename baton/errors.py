@@ -39,7 +39,9 @@ never reads a message.
     │   │                          ConfigError: bad input)
     │   ├── ChannelRefused         the channel's handler refused the subscriber
     │   ├── ChannelUnavailable     the leader did not answer, or changed meanwhile: retry
-    │   └── ChannelFinished        the upstream finished cleanly: nothing more will come
+    │   ├── ChannelFinished        the upstream finished cleanly: nothing more will come
+    │   └── BadFrame               a WebSocket frame that breaks the protocol (also a
+    │                              ConfigError): the connection is closed
     ├── PeerError                  another node's API could not be reached or answered an error
     ├── FailoverError              a store-failover round or planned switch did not complete
     ├── ServerError                a test server (baton.testing) could not be started
