@@ -743,37 +743,41 @@ class RedisStore(Store):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def _make_clients(self, url: str) -> tuple[aioredis.Redis, aioredis.Redis]:
+        """The request client and the watchers' client for the server at ``url`` (nothing is
+        connected yet). A store that follows a master file builds new ones on a switch."""
+        options: dict[str, Any] = {
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            "socket_timeout": SOCKET_TIMEOUT,
+            "health_check_interval": HEALTH_CHECK_INTERVAL,
+            # No silent retries in the driver: a retried script could apply twice. _run
+            # retries what is safe to retry.
+            "retry": Retry(NoBackoff(), 0),
+            "decode_responses": False,
+        }
+        # Requests share a bounded pool and wait for a free connection (the default pool
+        # fails at once when it is exhausted, and many tasks share one store). Watchers
+        # hold their pub/sub connection for as long as they watch, so they get their own
+        # pool and never starve requests.
+        client = aioredis.Redis.from_pool(
+            aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=MAX_CONNECTIONS,
+                timeout=SOCKET_TIMEOUT,
+                **options,
+            )
+        )
+        feed_client = aioredis.Redis.from_pool(
+            aioredis.ConnectionPool.from_url(url, max_connections=MAX_WATCHERS, **options)
+        )
+        return client, feed_client
+
     async def connect(self) -> None:
         """Create the connection pools and check the server answers. Idempotent."""
         async with self._connect_lock:
             if self._client is not None:
                 return
-            options: dict[str, Any] = {
-                "socket_connect_timeout": CONNECT_TIMEOUT,
-                "socket_timeout": SOCKET_TIMEOUT,
-                "health_check_interval": HEALTH_CHECK_INTERVAL,
-                # No silent retries in the driver: a retried script could apply twice. _run
-                # retries what is safe to retry.
-                "retry": Retry(NoBackoff(), 0),
-                "decode_responses": False,
-            }
-            # Requests share a bounded pool and wait for a free connection (the default pool
-            # fails at once when it is exhausted, and many tasks share one store). Watchers
-            # hold their pub/sub connection for as long as they watch, so they get their own
-            # pool and never starve requests.
-            client = aioredis.Redis.from_pool(
-                aioredis.BlockingConnectionPool.from_url(
-                    self._raw_url,
-                    max_connections=MAX_CONNECTIONS,
-                    timeout=SOCKET_TIMEOUT,
-                    **options,
-                )
-            )
-            feed_client = aioredis.Redis.from_pool(
-                aioredis.ConnectionPool.from_url(
-                    self._raw_url, max_connections=MAX_WATCHERS, **options
-                )
-            )
+            client, feed_client = self._make_clients(self._raw_url)
             try:
                 await _cancellable(client.ping())
             except (RedisError, OSError) as exc:

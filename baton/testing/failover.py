@@ -1,0 +1,196 @@
+"""Store failover on one machine: a group of real Redis servers with replication, and the
+configuration roles as real ``baton redis-failover`` processes (what the tests and the benchmark
+run).
+
+::
+
+    with RedisGroup(tmp / "redis", 3) as group:
+        clients = [failover_client(tmp, "a"), failover_client(tmp, "b")]
+        server = failover_server(tmp, group, clients, "s1")
+        wait_for(lambda: all(c.master() == group.addresses[0] for c in clients))
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import redis
+
+from baton.store.master_file import Address, read_master
+from baton.testing.processes import Proc
+from baton.testing.servers import RedisServer, free_port
+from baton.testing.waiting import wait_for
+
+#: Quick timings for tests: a dead master is noticed within about a second.
+FAST = (
+    "--check-interval", "0.1", "--retries", "2", "--request-timeout", "0.3",
+    "--reconfigure-interval", "0.3",
+)  # fmt: skip
+
+
+def baton_exe() -> str:
+    return str(Path(sys.executable).with_name("baton"))
+
+
+class RedisGroup:
+    """``count`` Redis servers; the first is the master, the others replicate it."""
+
+    def __init__(self, directory: Path, count: int = 3) -> None:
+        self.servers = [RedisServer(Path(directory) / f"r{i}") for i in range(count)]
+
+    @property
+    def addresses(self) -> list[Address]:
+        return [Address("127.0.0.1", s.port) for s in self.servers]
+
+    @property
+    def spec(self) -> str:
+        """``H:P,H:P,...`` for ``--redis-servers``."""
+        return ",".join(str(a) for a in self.addresses)
+
+    def client(self, i: int) -> redis.Redis:
+        return redis.Redis(port=self.servers[i].port, socket_timeout=2)
+
+    def start(self) -> Self:
+        for s in self.servers:
+            s.start()
+            with self.client(self.servers.index(s)) as r:
+                r.config_set("repl-diskless-sync-delay", 0)
+        master = self.servers[0].port
+        for i in range(1, len(self.servers)):
+            with self.client(i) as r:
+                r.replicaof("127.0.0.1", master)
+        for i in range(1, len(self.servers)):
+            wait_for(lambda i=i: self.link_up(i), timeout=20, what=f"replica {i} in sync")
+        return self
+
+    def link_up(self, i: int) -> bool:
+        with self.client(i) as r:
+            return bool(r.info("replication").get("master_link_status") == "up")
+
+    def role(self, i: int) -> str | None:
+        """``master`` or ``slave``; None when the server does not answer."""
+        if self.servers[i].proc is None:
+            return None
+        try:
+            with redis.Redis(port=self.servers[i].port, socket_timeout=0.5) as r:
+                return str(r.info("replication")["role"])
+        except (redis.RedisError, OSError):
+            return None
+
+    def masters(self) -> list[Address]:
+        """The servers that answer and say they are a master."""
+        return [a for i, a in enumerate(self.addresses) if self.role(i) == "master"]
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.resume()
+            s.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+@dataclass
+class ClientRole:
+    """A ``baton redis-failover client`` process."""
+
+    id: str
+    port: int
+    master_file: Path
+    proc: Proc
+
+    @property
+    def spec(self) -> str:
+        return f"{self.id}@127.0.0.1:{self.port}"
+
+    def master(self) -> Address | None:
+        return read_master(self.master_file)
+
+    def state(self) -> dict[str, Any] | None:
+        return _get_json(f"http://127.0.0.1:{self.port}/v1/state")
+
+
+def failover_client(
+    tmp: Path, cid: str, *, port: int | None = None, answer_as: str | None = None
+) -> ClientRole:
+    """Start a client role; ``answer_as`` starts it under another id (a misconfigured host)."""
+    port = port or free_port()
+    home = tmp / f"client-{cid}"
+    home.mkdir(parents=True, exist_ok=True)
+    master_file = home / "redis-master"
+    argv = [
+        baton_exe(), "redis-failover", "client", "--client-id", answer_as or cid,
+        "--master-file", str(master_file), "--listen", f"127.0.0.1:{port}",
+        "--check-timeout", "0.3",
+    ]  # fmt: skip
+    proc = Proc(f"client-{cid}", argv, tmp / f"client-{cid}.out")
+    role = ClientRole(cid, port, master_file, proc)
+    wait_for(lambda: role.state() is not None or proc.popen.poll() is not None, timeout=20)
+    return role
+
+
+@dataclass
+class ServerRole:
+    """A ``baton redis-failover server`` process with its status API."""
+
+    id: str
+    port: int
+    proc: Proc
+
+    def status(self) -> dict[str, Any] | None:
+        return _get_json(f"http://127.0.0.1:{self.port}/v1/status")
+
+    def metrics(self) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as res:
+                return str(res.read().decode())
+        except OSError:
+            return ""
+
+    def switches(self) -> int:
+        return sum("master switched" in line for line in self.proc.lines())
+
+
+def failover_server(
+    tmp: Path, group: RedisGroup, clients: list[ClientRole], sid: str, *extra: str
+) -> ServerRole:
+    port = free_port()
+    argv = [
+        baton_exe(), "redis-failover", "server", "--redis-servers", group.spec,
+        "--client-ids", ",".join(c.spec for c in clients), "--server-id", sid,
+        "--listen", f"127.0.0.1:{port}", *FAST, *extra,
+    ]  # fmt: skip
+    proc = Proc(f"server-{sid}", argv, tmp / f"server-{sid}.out")
+    role = ServerRole(sid, port, proc)
+    wait_for(lambda: role.status() is not None or proc.popen.poll() is not None, timeout=20)
+    return role
+
+
+def _get_json(url: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as res:
+            data = json.loads(res.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+__all__ = [
+    "FAST",
+    "ClientRole",
+    "RedisGroup",
+    "ServerRole",
+    "failover_client",
+    "failover_server",
+]
