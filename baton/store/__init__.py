@@ -6,6 +6,8 @@
                                        spelling; ``sqlite:////abs`` is the same file as
                                        ``sqlite:///abs``)
 ``redis://[:password@]host:port/db``   Redis 6.2+ (Lua scripts, ``TIME``, pub/sub)
+``redis+masterfile:///abs/path``       Redis at the master a master file names (seed 002,
+                                       :mod:`baton.store.master_file`; ``?db=N&password=``)
 ``postgresql://user@host:port/db``     PostgreSQL 13+ (``clock_timestamp()``,
                                        LISTEN/NOTIFY)
 =====================================  ==================================================
@@ -40,7 +42,7 @@ from baton.store.base import (
 )
 
 _NAMESPACE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-SCHEMES = ("sqlite", "redis", "rediss", "postgresql", "postgres")
+SCHEMES = ("sqlite", "redis", "rediss", "redis+masterfile", "postgresql", "postgres")
 
 
 def _split_options(url: str) -> tuple[str, str]:
@@ -84,6 +86,13 @@ def open_store(url: str) -> Store:
         from baton.store.sqlite import SQLiteStore
 
         return SQLiteStore(sqlite_path(base_url), namespace=namespace)
+    if scheme == "redis+masterfile":
+        try:
+            from baton.store.master_file import MasterFileRedisStore, parse_store_url
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ConfigError("the Redis store needs redis-py: pip install 'baton[redis]'") from exc
+        path, db, password = parse_store_url(base_url)
+        return MasterFileRedisStore(path, db=db, password=password, namespace=namespace)
     if scheme in ("redis", "rediss"):
         try:
             from baton.store.redis import RedisStore
