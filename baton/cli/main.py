@@ -20,6 +20,7 @@ from baton import logs
 from baton.cli import cascade as cascade_cli
 from baton.cli import cascade_run
 from baton.cli import placement as placement_cli
+from baton.cli import redis_failover as redis_failover_cli
 from baton.cli.common import (
     EXIT_USAGE,
     api_option,
@@ -311,6 +312,7 @@ cli.add_command(placement_cli.placement)
 
 cascade_cli.cascade.add_command(cascade_run.run)
 cli.add_command(cascade_cli.cascade)
+cli.add_command(redis_failover_cli.redis_failover)
 
 
 def main() -> None:
