@@ -1,0 +1,198 @@
+"""The node's end of a channel WebSocket (``/v1/channels/ws``): authentication, the frame
+reader, a bounded outgoing queue per connection, and the mapping of errors to closing codes
+(see :mod:`baton.channels.protocol`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from baton.errors import BadFrame, ChannelError
+from baton.logs import describe
+
+from .handler import User
+from .hub import ChannelHub
+from .protocol import (
+    CLOSE_UNAUTHORIZED,
+    UNSUB_TOO_SLOW,
+    Auth,
+    Publish,
+    Subscribe,
+    Unsubscribe,
+    dumps,
+    parse_frame,
+)
+
+log = logging.getLogger("baton.channels")
+
+#: A WebSocket close reason is at most 123 bytes.
+REASON_BYTES = 123
+
+
+def short(reason: str) -> str:
+    """``reason`` on one line, cut to what a close frame can carry."""
+    line = " ".join(reason.split())
+    data = line.encode()
+    if len(data) <= REASON_BYTES:
+        return line
+    return data[: REASON_BYTES - 3].decode(errors="ignore") + "..."
+
+
+class Connection:
+    """One WebSocket: the hub's :class:`~baton.channels.hub.Sink`."""
+
+    def __init__(self, ws: WebSocket, hub: ChannelHub) -> None:
+        self.ws = ws
+        self.hub = hub
+        self.peer: str | None = None
+        self.queue: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue(hub.config.queue)
+        self.closing: tuple[int, str] | None = None
+        self.wake = asyncio.Event()
+
+    def send(self, text: str, ts: float | None = None) -> None:
+        if self.closing is not None:
+            return
+        try:
+            self.queue.put_nowait((text, ts))
+        except asyncio.QueueFull:
+            # Bounded on purpose: a client that cannot keep up is closed, and recovers from
+            # the history with ``since`` when it comes back.
+            self.close(
+                UNSUB_TOO_SLOW,
+                f"too slow: more than {self.hub.config.queue} frames queued; "
+                "reconnect and subscribe with since",
+            )
+            return
+        self.wake.set()
+
+    def close(self, code: int, reason: str) -> None:
+        if self.closing is None:
+            self.closing = (code, short(reason))
+            self.wake.set()
+
+    async def writer(self) -> None:
+        metric = self.hub.metrics.delivery
+        while True:
+            if self.closing is not None:
+                # Frames queued before the close go first (an ``unsubscribed`` says why).
+                while not self.queue.empty():
+                    text, _ = self.queue.get_nowait()
+                    await self.ws.send_text(text)
+                code, reason = self.closing
+                await self.ws.close(code, reason)
+                return
+            if self.queue.empty():
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            text, ts = self.queue.get_nowait()
+            await self.ws.send_text(text)
+            if ts is not None:
+                metric.observe(max(0.0, time.time() - ts))
+
+
+async def serve(ws: WebSocket, hub: ChannelHub) -> None:
+    """Serve one WebSocket until it closes."""
+    await ws.accept()
+    conn = Connection(ws, hub)
+    writer = asyncio.create_task(conn.writer(), name="channels-writer")
+    user: User | None = None
+    header = ws.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if header:
+        user = hub.authenticate(token) if scheme.lower() == "bearer" else None
+        if user is None:
+            conn.close(CLOSE_UNAUTHORIZED, "unauthorized: wrong token")
+    pending: set[asyncio.Task[None]] = set()
+    try:
+        while conn.closing is None:
+            reader = asyncio.ensure_future(ws.receive())
+            done, _ = await asyncio.wait([reader, writer], return_when=asyncio.FIRST_COMPLETED)
+            if reader not in done:
+                reader.cancel()
+                break
+            message = reader.result()
+            if message["type"] == "websocket.disconnect":
+                break
+            raw: str | bytes = message.get("text") or message.get("bytes") or ""
+            try:
+                frame = parse_frame(raw, hub.config.max_frame)
+            except BadFrame as exc:
+                conn.close(exc.code, exc.reason)
+                break
+            if user is None:
+                if isinstance(frame, Auth):
+                    user = hub.authenticate(frame.token)
+                if user is None:
+                    conn.close(
+                        CLOSE_UNAUTHORIZED,
+                        "unauthorized: send the token in an Authorization header or an auth "
+                        "frame first",
+                    )
+                    break
+                continue
+            if isinstance(frame, Subscribe):
+                task = asyncio.ensure_future(_subscribe(hub, conn, user, frame))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            elif isinstance(frame, Unsubscribe):
+                if hub.unsubscribe(conn, frame.channel):
+                    conn.send(_unsub(frame.channel, 1000, "unsubscribed"))
+            elif isinstance(frame, Publish):
+                try:
+                    await hub.publish(frame.channel, user, frame.data)
+                except ChannelError as exc:
+                    conn.send(_unsub(frame.channel, exc.code, exc.reason))
+        if conn.closing is not None and not writer.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer, 5)
+    except WebSocketDisconnect:
+        pass
+    except Exception as exc:  # a connection must never take the node down
+        log.warning("channel connection failed", extra={"error": describe(exc)})
+    finally:
+        for task in pending:
+            task.cancel()
+        hub.drop(conn)
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await writer
+        if ws.application_state is not WebSocketState.DISCONNECTED:
+            with contextlib.suppress(Exception):
+                await ws.close(1000)
+
+
+async def _subscribe(hub: ChannelHub, conn: Connection, user: User, frame: Subscribe) -> None:
+    try:
+        if frame.relay is not None:
+            if not user.cluster:
+                raise BadFrame("relay subscriptions need the cluster token")
+            conn.peer = frame.node
+            await hub.relay_subscribe(conn, frame.channel, frame.relay, frame.since)
+        else:
+            await hub.subscribe(conn, frame.channel, user, frame.since)
+    except BadFrame as exc:
+        conn.close(exc.code, exc.reason)
+    except ChannelError as exc:
+        conn.send(_unsub(frame.channel, exc.code, exc.reason))
+    except Exception as exc:
+        log.warning("subscribe failed", extra={"channel": frame.channel, "error": describe(exc)})
+        conn.send(_unsub(frame.channel, 4500, f"internal error: {describe(exc)[:100]}"))
+
+
+def _unsub(channel: str, code: int, reason: str) -> str:
+    frame: dict[str, Any] = {
+        "type": "unsubscribed",
+        "channel": channel,
+        "code": code,
+        "reason": " ".join(reason.split()),
+    }
+    return dumps(frame)
+
+
+__all__ = ["Connection", "serve", "short"]

@@ -1,0 +1,68 @@
+"""Live channels in the node's API: the WebSocket endpoint every subscriber uses, the forwarded
+subscribe a follower node sends to a channel's leader, and the channel listings.
+
+``/v1/channels/ws`` authenticates itself (an Authorization header or a first ``auth`` frame,
+see :mod:`baton.channels.protocol`), so that browsers, which cannot set headers on a WebSocket,
+can subscribe too. The other routes take the cluster token like every route of the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter, WebSocket, params
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from baton.channels.handler import User
+from baton.channels.hub import ChannelHub
+from baton.channels.server import serve
+from baton.errors import ChannelError
+
+
+class ForwardedSubscribe(BaseModel):
+    """A follower's subscribe, asked of the channel's leader at the epoch it believes."""
+
+    model_config = ConfigDict(extra="forbid")
+    channel: str = Field(min_length=3, max_length=240)
+    epoch: int = Field(ge=1, le=2**53)
+    user: str = Field(min_length=1, max_length=256)
+    cluster: bool = False
+    namespace: str | None = Field(default=None, max_length=64)
+
+
+def channels_router(hub: ChannelHub, auth: Sequence[params.Depends]) -> APIRouter:
+    router = APIRouter()
+
+    @router.websocket("/v1/channels/ws")
+    async def channel_socket(websocket: WebSocket) -> None:
+        """Subscribe to channels (the protocol of docs/channels.md)."""
+        await serve(websocket, hub)
+
+    @router.post("/v1/channels/subscribe", dependencies=list(auth))
+    async def forwarded(body: ForwardedSubscribe) -> JSONResponse:
+        """On the channel's leader: check the subscriber, compute its initial data at
+        ``epoch`` and confirm the leadership atomically. Refusals are ``ok: false`` with the
+        protocol's code and reason."""
+        user = User(body.user, cluster=body.cluster, namespace=body.namespace)
+        try:
+            answer = await hub.survey(body.channel, user, body.epoch)
+        except ChannelError as exc:
+            return JSONResponse({"ok": False, "code": exc.code, "reason": exc.reason})
+        return JSONResponse({"ok": True, **answer})
+
+    @router.get("/v1/channels", dependencies=list(auth))
+    async def channels() -> dict[str, Any]:
+        """This node's channels: role, leader, epoch, offset, subscribers, relays."""
+        return {"node": hub.node, "channels": hub.view()}
+
+    @router.get("/v1/channels/cluster", dependencies=list(auth))
+    async def cluster() -> dict[str, Any]:
+        """Every channel of the cluster: leader, epoch, offset, subscribers per node."""
+        return {"channels": await hub.cluster_view()}
+
+    return router
+
+
+__all__ = ["channels_router"]

@@ -1,0 +1,125 @@
+"""Live channels on real node processes (LocalCluster) and a real store: seed 000's failure
+scenarios. Each test subscribes through the Client at several nodes and waits, with deadlines,
+for what the subscribers must see."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from baton.store import ChangeKind
+from baton.testing.channels import Subscriber
+from baton.testing.cluster import LocalCluster
+from baton.testing.waiting import wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def views(c: LocalCluster) -> dict[str, list[dict[str, Any]]]:
+    """``/v1/channels`` of every running node."""
+    out = {}
+    for node in c.nodes.values():
+        if not node.running:
+            continue
+        try:
+            res = node.get("/v1/channels")
+        except httpx.HTTPError:
+            continue
+        if res.status_code == 200:
+            out[node.id] = res.json()["channels"]
+    return out
+
+
+def leaders(c: LocalCluster, channel: str) -> list[tuple[str, int]]:
+    """(node, epoch) of every running node that runs ``channel``'s upstream."""
+    return [
+        (node, row["epoch"])
+        for node, rows in views(c).items()
+        for row in rows
+        if row["channel"] == channel and row["role"] == "leader"
+    ]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(3, None, tmp_path, ttl=2) as c:
+        wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=30)
+        yield c
+
+
+def subscribers(c: LocalCluster, channel: str) -> dict[str, Subscriber]:
+    return {n: Subscriber([node.url], c.token, channel).start() for n, node in c.nodes.items()}
+
+
+def test_leader_killed_survivors_move_to_a_new_epoch(cluster: LocalCluster) -> None:
+    c = cluster
+    channel = "tick:killed,every=0.05"
+    subs = subscribers(c, channel)
+    try:
+        wait_for(lambda: all(len(s.pubs()) >= 3 for s in subs.values()), what="publications")
+        # One upstream in the cluster, and everyone at its epoch.
+        ((leader, epoch),) = wait_for(lambda: leaders(c, channel))
+        assert {s.pubs()[-1].epoch for s in subs.values()} == {epoch}
+        c.kill(leader)
+        survivors = [n for n in c.nodes if n != leader]
+        wait_for(
+            lambda: all(len(subs[n].pubs()) and subs[n].epoch() > epoch for n in survivors),
+            timeout=20,
+            what="survivors to receive from a new epoch",
+        )
+        ((new_leader, new_epoch),) = wait_for(lambda: leaders(c, channel))
+        assert new_leader != leader and new_epoch > epoch
+        for n in survivors:
+            sub = subs[n]
+            # A fresh start at the new epoch: a subscribed with data, then its publications.
+            again = [m for m in sub.kinds("subscribed") if m.epoch == new_epoch]
+            assert again and again[0].data == {"tick": "killed", "every": 0.05}
+            assert sub.pubs(new_epoch)
+            # Never an older epoch after a newer one, never an offset twice.
+            seen = [(m.epoch, m.offset) for m in sub.pubs()]
+            assert seen == sorted(set(seen))
+    finally:
+        for s in subs.values():
+            s.stop()
+
+
+def test_clean_finish_tells_subscribers_and_releases_the_lease(cluster: LocalCluster) -> None:
+    import asyncio
+
+    from baton.store import open_store
+
+    c = cluster
+    channel = "tick:short,every=0.05,end=5"
+
+    async def head() -> str:
+        async with open_store(c.store_url) as store:
+            return await store.head()
+
+    since = asyncio.run(head())
+    subs = subscribers(c, channel)
+    try:
+        for s in subs.values():
+            assert s.finished.wait(20), "the subscription did not finish"
+            assert s.error is None
+            assert s.messages[-1].kind == "finished"
+
+        async def released() -> list[ChangeKind]:
+            async with open_store(c.store_url) as store:
+                kinds = []
+                async with asyncio.timeout(2):
+                    async for ch in store.watch("channels/", since=since):
+                        kinds.append(ch.kind)
+                        if ch.kind in (ChangeKind.RELEASED, ChangeKind.EXPIRED):
+                            break
+                return kinds
+
+        # Released by the leader (not left to expire).
+        assert asyncio.run(released())[-1] is ChangeKind.RELEASED
+        assert wait_for(lambda: not leaders(c, channel))
+    finally:
+        for s in subs.values():
+            s.stop()
