@@ -30,6 +30,7 @@ the value (never the token's) and what is expected. Numeric keys take numbers on
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -47,6 +48,7 @@ from pydantic import (
     model_validator,
 )
 
+from baton.channels.config import ChannelsConfig
 from baton.errors import ConfigError, redact_url
 from baton.store import open_store
 from baton.timings import Timings
@@ -142,6 +144,8 @@ class NodeConfig(BaseModel):
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     #: Extra workload types: type name -> "package.module:Class".
     workloads: dict[str, str] = Field(default_factory=dict)
+    #: Live channels (see baton.channels.config; env BATON_CHANNELS as JSON).
+    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
 
     @field_validator("node_id")
     @classmethod
@@ -197,9 +201,13 @@ class NodeConfig(BaseModel):
                 raise ValueError(f"token_file: {self.token_file} holds fewer than 16 characters")
             object.__setattr__(self, "token", text)
         try:
-            self.timings.build()  # contradictions surface here, naming the values
+            lease = self.timings.build()  # contradictions surface here, naming the values
         except ConfigError as exc:
             raise ValueError(f"timings: {exc}") from None
+        try:
+            self.channels.timings(lease)
+        except ConfigError as exc:
+            raise ValueError(f"channels: {exc}") from None
         return self
 
     @property
@@ -237,6 +245,7 @@ _ENV: dict[str, tuple[str, ...]] = {
     "BATON_RECONCILE_INTERVAL": ("placement", "reconcile_interval"),
     "BATON_SPARK_MASTER": ("spark", "master"),
     "BATON_SPARK_REMOTE": ("spark", "remote"),
+    "BATON_CHANNELS": ("channels",),
 }
 
 
@@ -250,6 +259,11 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
             if not all("=" in p for p in pairs):
                 raise ConfigError(f"{var}={value!r}: expected k=v pairs separated by commas")
             value = dict(p.split("=", 1) for p in pairs)
+        elif var == "BATON_CHANNELS":
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ConfigError(f"{var}: expected a JSON object (the [channels] table)") from None
         node = data
         for key in path[:-1]:
             node = node.setdefault(key, {})
