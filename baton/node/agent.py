@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from baton import __version__
+from baton.channels.hub import ChannelHub
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
 from baton.errors import ConfigError, FeedCompacted, StoreError, StoreTimeout
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
@@ -90,6 +91,15 @@ class NodeAgent:
         self._spark_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
         self.membership.on_event(self._on_membership)
+        self.channels = ChannelHub(
+            self.store,
+            config.node_id,
+            config.cluster_token,
+            self.timings,
+            config=config.channels,
+            registry=self.metrics.registry,
+            listen_host=host,
+        )
         self.placement = PlacementController(
             self.store,
             self.controller,
@@ -184,6 +194,7 @@ class NodeAgent:
         if not res.ok:
             raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
         await self.controller.start()
+        await self.channels.start()
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
         self._placement_task = asyncio.create_task(self.placement.run(), name="placement")
         self._demotion_task = asyncio.create_task(self.runner.watch_demotions(), name="demotions")
@@ -199,6 +210,7 @@ class NodeAgent:
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(task, self.timings.request_timeout * 4)
         await self.hand_over_controller()
+        await self.channels.stop()
         # Members stop before the membership lease goes: no leader role outlives it.
         await self.runner.close()
         await self.controller.stop()
@@ -206,6 +218,11 @@ class NodeAgent:
         await self.peers.close()
         await self.store.close()
         log.info("node stopped")
+
+    async def hand_over(self) -> None:
+        """First step of a clean stop: hand the channels this node leads and the controller
+        role to live nodes by name, while the API still serves (relays name the successors)."""
+        await asyncio.gather(self.channels.hand_over(), self.hand_over_controller())
 
     async def hand_over_controller(self) -> None:
         """If controller, hand the role to a live node by name (first step of a clean stop)."""
