@@ -24,6 +24,7 @@ from baton.errors import BatonError, StoreError
 from baton.logs import describe
 from baton.node.agent import NodeAgent
 from baton.node.api_cascade import cascade_router
+from baton.node.api_channels import channels_router
 from baton.placement.view import placement_view
 
 #: ``object/partition``, as in group records.
@@ -100,6 +101,7 @@ def build_app(agent: NodeAgent) -> FastAPI:
 
     auth = [Depends(authorize)]
     app.include_router(cascade_router(auth))
+    app.include_router(channels_router(agent.channels, auth))
 
     @app.middleware("http")
     async def count(request: Request, call_next: Any) -> Response:
