@@ -53,7 +53,7 @@ async def serve(config: NodeConfig) -> None:
     def on_signal() -> None:
         # Hand over at once: the HTTP server takes up to 0.1 s more to wind down.
         if not stop.is_set():
-            handover.append(asyncio.ensure_future(agent.hand_over_controller()))
+            handover.append(asyncio.ensure_future(agent.hand_over()))
         stop.set()
         server.should_exit = True
 
