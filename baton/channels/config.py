@@ -25,9 +25,9 @@ Environment: ``BATON_CHANNELS`` holds the same table as JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from baton.errors import ConfigError
 from baton.timings import Timings
@@ -35,17 +35,29 @@ from baton.timings import Timings
 from .protocol import MAX_FRAME
 
 
+def _not_a_bool(value: object) -> object:
+    """Refuse ``true``/``false`` for a number (pydantic's lax mode would take 1 and 0), as the
+    node configuration does for its own numbers."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not true or false")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
+
+
 class ChannelsConfig(BaseModel):
     """The ``[channels]`` table of a node's configuration."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    linger: float = Field(default=2.0, ge=0, le=3600, allow_inf_nan=False)
-    forward_timeout: float | None = Field(default=None, gt=0, le=60, allow_inf_nan=False)
-    check_interval: float | None = Field(default=None, gt=0, le=60, allow_inf_nan=False)
-    history: int = Field(default=1000, ge=1, le=1_000_000)
-    queue: int = Field(default=10_000, ge=10, le=10_000_000)
-    max_frame: int = Field(default=MAX_FRAME, ge=256, le=16 * 1024 * 1024)
+    linger: Seconds = Field(default=2.0, ge=0, le=3600)
+    forward_timeout: Seconds | None = Field(default=None, gt=0, le=60)
+    check_interval: Seconds | None = Field(default=None, gt=0, le=60)
+    history: Int = Field(default=1000, ge=1, le=1_000_000)
+    queue: Int = Field(default=10_000, ge=10, le=10_000_000)
+    max_frame: Int = Field(default=MAX_FRAME, ge=256, le=16 * 1024 * 1024)
     #: Extra handlers: namespace -> "package.module:Class".
     handlers: dict[str, str] = Field(default_factory=dict)
     #: Per-namespace settings handed to handlers (``Context.settings``).

@@ -92,6 +92,10 @@ KEYS = {
     "timings.election_timeout_max": "num", "placement": "table",
     "placement.reconcile_interval": "num", "spark": "table", "spark.master": "str",
     "spark.remote": "str", "spark.conf": "table", "spark.conf.*": "str",
+    "channels": "table", "channels.linger": "num", "channels.forward_timeout": "num",
+    "channels.check_interval": "num", "channels.history": "int", "channels.queue": "int",
+    "channels.max_frame": "int", "channels.handlers": "table", "channels.handlers.*": "str",
+    "channels.settings": "table", "channels.settings.*": "table",
 }  # fmt: skip
 NAN, INF = float("nan"), float("inf")
 WRONG: dict[str, list[object]] = {
