@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint unit bench clean
+.PHONY: setup demo test lint unit bench chaos clean
 
 setup:
 	@./scripts/setup.sh
@@ -21,6 +21,11 @@ test: lint
 bench: setup
 	@BATON_BENCH=1 ./scripts/setup.sh
 	$(BIN)/python -m bench.run
+
+# A fault campaign of 1,000 faults (needs root: network namespaces). SEED=n repeats a run.
+SEED ?= 1
+chaos: setup
+	$(BIN)/python -m baton.chaos --seed $(SEED) --faults 1000 --out chaos-run
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

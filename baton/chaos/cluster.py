@@ -51,8 +51,15 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     popen: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    _where: tuple[Network, Path] | None = None
+
+    def start_again(self) -> None:
+        """Start it where it ran before, unless it still runs (a killed process's restart)."""
+        if self._where is not None and not self.running:
+            self.start(*self._where)
 
     def start(self, net: Network, logs: Path) -> None:
+        self._where = (net, logs)
         out = (logs / f"{self.name}.log").open("ab")
         self.popen = subprocess.Popen(
             net.argv(self.host, self.argv),
@@ -204,7 +211,9 @@ class ChaosCluster:
                     [
                         str(bin_dir / "baton"), "elect", lease,
                         "--store", self.store_url, "--ttl", str(self.ttl), "--id", host,
-                        "--", sys.executable, "-m", "baton.chaos.job",
+                        # The job's own clock stays true: only the candidate's lease timing is
+                        # under test, and libfaketime stalls Python's timed waits.
+                        "--", "env", "-u", "LD_PRELOAD", sys.executable, "-m", "baton.chaos.job",
                         str(self.resource), str(self.history_dir),
                     ],
                     {
@@ -239,6 +248,11 @@ class ChaosCluster:
         svc.start(self.net, self.logs)
         if name == "store":
             wait_for(self._store_up, timeout=20, what="the store to answer")
+
+    def jvms(self, name: str) -> list[int]:
+        """The Spark JVMs running under service ``name``."""
+        svc = self.services[name]
+        return java_of(svc.popen.pid) if svc.popen is not None and svc.running else []
 
     def agents(self) -> list[str]:
         return [f"agent-{h}" for h in self.hosts]
@@ -282,9 +296,7 @@ class ChaosCluster:
         return f"sqlite://{self.cascade_dir / node}.db"
 
     def create_objects(self) -> None:
-        """Counters and the cascade (tables created empty, so no copy races the writer)."""
-        for name in COUNTERS:
-            self.cli("object", "create", "counter", name, "--partitions", "2", "--replicas", "3")
+        """The cascade's node databases (tables created empty), then the placed objects."""
         self.cascade_dir.mkdir(exist_ok=True)
         for node, provider in CASCADE.items():
             db = sqlite3.connect(self.cascade_dir / f"{node}.db")
@@ -305,6 +317,13 @@ class ChaosCluster:
                     role, node, self.location(node), provider, self.location(provider)
                 )
             commands.add_table(self.location("s1"), "items", node)
+        self.declare_objects()
+
+    def declare_objects(self) -> None:
+        """The placed objects, as an operator declares them (again, after the store's data was
+        lost: the node databases keep the cascade's state, the store only what runs where)."""
+        for name in COUNTERS:
+            self.cli("object", "create", "counter", name, "--partitions", "2", "--replicas", "3")
         for node in CASCADE:
             spec = json.dumps({"location": self.location(node)})
             self.cli("object", "create", "cascade-worker", node, "--replicas", "2", "--spec", spec)

@@ -1,0 +1,203 @@
+"""A fault campaign: start the cluster, run rounds of random faults under steady work, let the
+cluster settle after each round, then check the history.
+
+A round injects faults one after another (at most two at once) until it has injected its share,
+repairs what is still broken and measures how long the cluster takes to settle: one controller
+seen by every agent, every placed group led, every elected job writing again, and a row written
+at the root visible at the leaf within 2 s. The report (``report.json`` in the run's
+directory) holds the faults by kind, the violations and the settle times; a failed run keeps its
+directory and says how to repeat it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from baton.chaos import checker
+from baton.chaos.cluster import CASCADE, COUNTERS, LEASES, ChaosCluster, probe_lag
+from baton.chaos.history import History
+from baton.chaos.nemesis import Fault, Nemesis
+from baton.errors import WaitTimeout
+from baton.testing.waiting import wait_for
+
+#: Seconds a round may take to settle before it counts as a violation.
+SETTLE_BOUND = 90.0
+#: The lag a settled cascade shows, seconds.
+SETTLED_LAG = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to run: ``faults`` in all (or rounds until ``duration`` seconds have passed)."""
+
+    seed: int
+    faults: int | None = None
+    duration: float | None = None
+    per_round: int = 6
+    ttl: float = 2.0
+
+
+class Observer(threading.Thread):
+    """Records, every half second, who each agent says leads: the controller and each group."""
+
+    def __init__(self, cluster: ChaosCluster) -> None:
+        super().__init__(daemon=True, name="chaos-observer")
+        self.cluster = cluster
+        self.history = History(cluster.history_dir, "observer")
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.halt.wait(0.5):
+                for host, view in self.cluster.views("/v1/status").items():
+                    ctl = view.get("controller") or {}
+                    self.history.record(
+                        "observe-controller", host=host, id=ctl.get("id"), epoch=ctl.get("epoch")
+                    )
+                for host, view in self.cluster.views("/v1/placement").items():
+                    for g in view.get("groups", []):
+                        self.history.record(
+                            "observe-group",
+                            host=host,
+                            group=g["group"],
+                            leader=g.get("leader"),
+                            term=g.get("term"),
+                        )
+        finally:
+            self.history.close()
+
+
+def _last_writes(resource: Path) -> dict[str, int]:
+    db = sqlite3.connect(f"file:{resource}?mode=ro", uri=True, timeout=30)
+    try:
+        return dict(db.execute("SELECT lease, max(seq) FROM writes GROUP BY lease").fetchall())
+    finally:
+        db.close()
+
+
+def _controller(cluster: ChaosCluster) -> str | None:
+    """The controller every agent names (None while they disagree or one does not answer)."""
+    views = cluster.views("/v1/status")
+    ids = {(v.get("controller") or {}).get("id") for v in views.values()}
+    if len(views) != len(cluster.hosts) or len(ids) != 1:
+        return None
+    return next(iter(ids))
+
+
+def _placed(cluster: ChaosCluster) -> bool:
+    host = _controller(cluster)
+    if host is None:
+        return False
+    try:
+        groups = cluster.api(host, "/v1/placement")["groups"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    return len(groups) == 2 * len(COUNTERS) + len(CASCADE) and all(
+        g["state"] == "ok" for g in groups
+    )
+
+
+def settle(cluster: ChaosCluster, bound: float) -> float | None:
+    """Seconds until the cluster is settled (see the module docstring), None past ``bound``."""
+    start = time.monotonic()
+    before = _last_writes(cluster.resource)
+
+    def settled() -> bool:
+        if not _placed(cluster):
+            return False
+        now = _last_writes(cluster.resource)
+        if any(now.get(lease, 0) <= before.get(lease, 0) for lease in LEASES):
+            return False
+        return probe_lag(cluster, SETTLED_LAG) is not None
+
+    try:
+        wait_for(settled, timeout=bound, interval=0.5, what="the cluster to settle")
+    except WaitTimeout:
+        return None
+    return time.monotonic() - start
+
+
+def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
+    active: list[Fault] = []
+    injected = 0
+    while injected < count or active:
+        now = time.monotonic()
+        for fault in [f for f in active if f.ends <= now]:
+            nemesis.repair(fault)
+            active.remove(fault)
+        if injected < count and len(active) < 2:
+            busy = set().union(*(f.busy for f in active)) if active else set()
+            new = nemesis.inject(now, busy)
+            if new is not None:
+                injected += 1
+                active.append(new)
+            time.sleep(rng.uniform(0.3, 1.5))
+        else:
+            time.sleep(0.1)
+
+
+def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
+    """Run ``plan`` in ``directory`` (made empty first is the caller's job) and check it."""
+    rng = random.Random(plan.seed)
+    started = time.monotonic()
+    cluster = ChaosCluster(directory, ttl=plan.ttl)
+    harness = History(cluster.history_dir, "campaign")
+    observer = Observer(cluster)
+    try:
+        cluster.start()
+        wait_for(lambda: _controller(cluster), timeout=90, what="a controller")
+        cluster.create_objects()
+        wait_for(lambda: _placed(cluster), timeout=180, what="every object placed")
+        # The cascade is in sync before the writer starts, so no initial copy races it.
+        wait_for(
+            lambda: probe_lag(cluster, 10) is not None, timeout=300, what="the cascade in sync"
+        )
+        log(f"chaos: cluster up in {directory}")
+        cluster.start_writer(plan.seed)
+        observer.start()
+        nemesis = Nemesis(cluster, rng, harness)
+        started = time.monotonic()
+        rounds = 0
+        while True:
+            if plan.faults is not None and nemesis.count >= plan.faults:
+                break
+            if plan.duration is not None and time.monotonic() - started >= plan.duration:
+                break
+            rounds += 1
+            share = plan.per_round
+            if plan.faults is not None:
+                share = min(share, plan.faults - nemesis.count)
+            _round(nemesis, rng, share)
+            seconds = settle(cluster, SETTLE_BOUND)
+            harness.record("settle", round=rounds, seconds=seconds, bound=SETTLE_BOUND)
+            log(
+                f"chaos: round {rounds}: {nemesis.count} faults so far, settled in "
+                + ("never" if seconds is None else f"{seconds:.1f} s")
+            )
+            if seconds is None:
+                break
+        if cluster.writer is not None:
+            cluster.writer.halt.set()
+            cluster.writer.join(30)
+        # Everything written reaches the leaf, then the databases are compared.
+        probe_lag(cluster, SETTLE_BOUND)
+    finally:
+        observer.halt.set()
+        if observer.is_alive():
+            observer.join(10)
+        harness.close()
+        cluster.close()
+    report = checker.check(directory)
+    report["seed"] = plan.seed
+    report["duration_s"] = round(time.monotonic() - started, 1)
+    (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report

@@ -1,0 +1,199 @@
+"""The nemesis: faults injected at random, in combination, each one recorded in the history.
+
+A fault starts at once and has a repair that runs when its time is up. Kills restart the process
+after a short delay; pauses resume it; partitions heal; a clock jump stays (clocks do not come
+back), so the next jump of that process adds to it. Faults are drawn from one seeded generator,
+so a seed and a fault count reproduce a run's schedule (the cluster's own timing still varies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from baton.chaos.cluster import LEASES
+
+if TYPE_CHECKING:
+    from baton.chaos.cluster import ChaosCluster
+    from baton.chaos.history import History
+
+#: Every kind of fault, with its weight in the random choice.
+KINDS: dict[str, int] = {
+    "kill-agent": 3,
+    "kill-elect": 3,
+    "kill-jvm": 2,
+    "kill-store": 1,
+    "store-lost": 1,
+    "pause-agent": 2,
+    "pause-elect": 2,
+    "isolate": 2,
+    "cut-pair": 2,
+    "drop-one-way": 2,
+    "cut-from-store": 2,
+    "clock-jump": 2,
+}
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass
+class Fault:
+    """One fault: what, on what (``busy`` names what it holds), how to start and repair it."""
+
+    kind: str
+    target: str
+    duration: float
+    start: Callable[[], None] = field(repr=False)
+    repair: Callable[[], None] = field(repr=False, default=_nothing)
+    busy: frozenset[str] = frozenset()
+    number: int = 0
+    ends: float = 0.0
+
+
+class Nemesis:
+    """Injects the faults of :data:`KINDS` into a :class:`ChaosCluster`.
+
+    Pauses and partitions last 1.5 to 3 ttl, so they outlive a lease (the case fencing is for);
+    kills restart after 0.2 to 1 ttl. The nft rules of all partitions are healed together, so
+    one network fault at a time is active (they all hold ``net``).
+    """
+
+    def __init__(self, cluster: ChaosCluster, rng: random.Random, history: History) -> None:
+        self.cluster = cluster
+        self.rng = rng
+        self.history = history
+        self.count = 0
+        self.clock_shift: dict[str, int] = {}
+        self._make: dict[str, Callable[[], Fault | None]] = {
+            kind: getattr(self, "_" + kind.replace("-", "_")) for kind in KINDS
+        }
+
+    def inject(self, now: float, busy: set[str]) -> Fault | None:
+        """Start one fault that holds nothing in ``busy`` (None when ten draws all collided)."""
+        kinds, weights = zip(*KINDS.items(), strict=True)
+        for _ in range(10):
+            kind = self.rng.choices(kinds, weights)[0]
+            fault = self._make[kind]()
+            if fault is None or fault.busy & busy:
+                continue
+            self.count += 1
+            fault.number, fault.ends = self.count, now + fault.duration
+            self.history.record("fault-start", n=fault.number, fault=kind, target=fault.target)
+            fault.start()
+            return fault
+        return None
+
+    def repair(self, fault: Fault) -> None:
+        fault.repair()
+        self.history.record("fault-end", n=fault.number, fault=fault.kind, target=fault.target)
+
+    # -- the kinds -----------------------------------------------------------------------------
+
+    def _long(self) -> float:
+        return self.rng.uniform(1.5, 3.0) * self.cluster.ttl
+
+    def _short(self) -> float:
+        return self.rng.uniform(0.2, 1.0) * self.cluster.ttl
+
+    def _host(self) -> str:
+        return self.rng.choice(self.cluster.hosts)
+
+    def _elect(self) -> str:
+        return f"elect-{self.rng.choice(LEASES)}-{self._host()}"
+
+    def _killed(self, kind: str, name: str) -> Fault:
+        svc = self.cluster.services[name]
+        return Fault(kind, name, self._short(), svc.kill, svc.start_again, frozenset({name}))
+
+    def _paused(self, kind: str, name: str) -> Fault:
+        svc = self.cluster.services[name]
+        return Fault(
+            kind,
+            name,
+            self._long(),
+            lambda: svc.signal(signal.SIGSTOP),
+            lambda: svc.signal(signal.SIGCONT),
+            frozenset({name}),
+        )
+
+    def _kill_agent(self) -> Fault:
+        return self._killed("kill-agent", f"agent-{self._host()}")
+
+    def _kill_elect(self) -> Fault:
+        return self._killed("kill-elect", self._elect())
+
+    def _kill_store(self) -> Fault:
+        return self._killed("kill-store", "store")
+
+    def _kill_jvm(self) -> Fault | None:
+        # A Spark driver of an agent that runs one (a cascade worker's); the agent must notice
+        # and go on with a new one.
+        hosts = [h for h in self.cluster.hosts if self.cluster.jvms(f"agent-{h}")]
+        if not hosts:
+            return None
+        name = f"agent-{self.rng.choice(hosts)}"
+
+        def kill() -> None:
+            for pid in self.cluster.jvms(name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+        return Fault("kill-jvm", name, 0.0, kill, busy=frozenset({name}))
+
+    def _store_lost(self) -> Fault:
+        svc = self.cluster.services["store"]
+        data = self.cluster.dir / "store"
+
+        def lose() -> None:
+            svc.kill()
+            shutil.rmtree(data, ignore_errors=True)
+            data.mkdir()
+
+        def restore() -> None:
+            self.cluster.restart("store")
+            self.cluster.declare_objects()
+
+        return Fault("store-lost", "store", self._short(), lose, restore, frozenset({"store"}))
+
+    def _pause_agent(self) -> Fault:
+        return self._paused("pause-agent", f"agent-{self._host()}")
+
+    def _pause_elect(self) -> Fault:
+        return self._paused("pause-elect", self._elect())
+
+    def _partition(self, kind: str, target: str, start: Callable[[], None]) -> Fault:
+        return Fault(kind, target, self._long(), start, self.cluster.net.heal, frozenset({"net"}))
+
+    def _isolate(self) -> Fault:
+        host = self._host()
+        return self._partition("isolate", host, lambda: self.cluster.net.isolate(host))
+
+    def _cut_pair(self) -> Fault:
+        a, b = self.rng.sample(self.cluster.hosts, 2)
+        return self._partition("cut-pair", f"{a}|{b}", lambda: self.cluster.net.cut(a, b))
+
+    def _drop_one_way(self) -> Fault:
+        a, b = self.rng.sample(self.cluster.hosts, 2)
+        return self._partition("drop-one-way", f"{a}>{b}", lambda: self.cluster.net.drop(a, b))
+
+    def _cut_from_store(self) -> Fault:
+        host = self._host()
+        return self._partition("cut-from-store", host, lambda: self.cluster.net.cut(host, "st"))
+
+    def _clock_jump(self) -> Fault:
+        name = self._elect()
+
+        def jump() -> None:
+            shift = self.clock_shift.get(name, 0) + self.rng.randint(5, 60)
+            self.clock_shift[name] = shift
+            self.cluster.clock_files[name].write_text(f"+{shift}s\n")
+
+        return Fault("clock-jump", name, 0.0, jump, busy=frozenset({name}))
