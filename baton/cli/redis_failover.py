@@ -1,4 +1,7 @@
-"""``baton redis-failover``: the store-failover roles (seed 002) and their operations."""
+"""``baton redis-failover``: the store-failover roles (seed 002) and their operations.
+
+The roles' modules (HTTP server and client, redis-py, Prometheus) are imported inside the
+commands, so that every other ``baton`` command starts without them."""
 
 from __future__ import annotations
 
@@ -12,14 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-import httpx
 
 from baton import logs
 from baton.cli.common import run_async
 from baton.errors import ConfigError
-from baton.failover.config import client_config, load_table, server_config
-from baton.failover.server import ConfigurationServer, run_server, switch
-from baton.store.master_file import parse_address
 
 config_option = click.option(
     "--config",
@@ -44,6 +43,8 @@ token_option = click.option(
 
 def _settings(config_path: Path | None, **given: Any) -> dict[str, Any]:
     """The file's keys, overridden by the options given on the command line."""
+    from baton.failover.config import load_table
+
     data = load_table(config_path)
     if given.get("client_ids") is not None:
         data.pop("clients", None)
@@ -95,6 +96,9 @@ def server_cmd(
     token_file: Path | None,
 ) -> None:
     """Run a configuration server: watch the master, switch when every client agrees."""
+    from baton.failover.config import server_config
+    from baton.failover.server import ConfigurationServer, run_server
+
     cfg = server_config(
         _settings(
             config_path,
@@ -148,6 +152,7 @@ def client_cmd(
 ) -> None:
     """Run a configuration client: keep this host's master file, answer the servers."""
     from baton.failover.client import run_client
+    from baton.failover.config import client_config
 
     cfg = client_config(
         _settings(
@@ -188,6 +193,11 @@ def status_cmd(
     as_json: bool,
 ) -> None:
     """Show the master, every server's role, each client's file and answer, the last round."""
+    import httpx
+
+    from baton.failover.config import server_config
+    from baton.failover.server import ConfigurationServer
+
     data = _status_settings(config_path, redis_servers, client_ids)
     if token_file is not None:
         data["token_file"] = str(token_file)
@@ -281,6 +291,13 @@ def switch_cmd(
 ) -> None:
     """Planned switch to NEW_MASTER (H:P): every client invalidates, writes pause on the old
     master until NEW_MASTER caught up, then it is promoted: no acknowledged write is lost."""
+    from baton.failover.config import server_config
+    from baton.failover.server import switch
+    from baton.store.master_file import parse_address
+
+    # The outcome is this command's one line (or its one error line), not the round's log.
+    logging.getLogger("baton.failover").setLevel(logging.ERROR)
+
     data = _status_settings(config_path, redis_servers, client_ids)
     data.setdefault("server_id", f"switch-{_host()}")
     if token_file is not None:

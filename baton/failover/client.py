@@ -172,13 +172,17 @@ class ConfigurationClient:
         old = body.get("old")
         old_addr = parse_address(old) if isinstance(old, str) and old else None
         check = bool(body.get("check", True)) and old_addr is not None
+        # The server says how long it waits for the old master (its request timeout); this
+        # client's own setting is the upper bound.
+        wait = self.config.check_timeout
+        asked = body.get("check_timeout")
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and 0 < asked < wait:
+            wait = float(asked)
 
         async def old_answers() -> bool | None:
             if not check or old_addr is None:
                 return None
-            return await master_answers(
-                old_addr, self.config.check_timeout, self.config.redis_password
-            )
+            return await master_answers(old_addr, wait, self.config.redis_password)
 
         if kind == "ping":
             return on_ping(self.state, token, await old_answers())

@@ -148,8 +148,10 @@ class ConfigurationServer:
         self._next_round = 0.0
         self.invalidated: Token | None = None
         """The round in which every client invalidated, until its reconfigure was sent."""
+        # A client answers a ping or an invalidate after trying the old master for up to
+        # request_timeout (sent as check_timeout): wait for that, plus a request's own time.
         self._http = httpx.AsyncClient(
-            timeout=config.request_timeout,
+            timeout=2 * config.request_timeout + 0.5,
             headers={"authorization": f"Bearer {config.token}"} if config.token else {},
         )
         self._redis: dict[Address, aioredis.Redis] = {}
@@ -467,6 +469,7 @@ class ConfigurationServer:
             "token": token.to_json(),
             "old": None if old is None else str(old),
             "check": check,
+            "check_timeout": self.config.request_timeout,
         }
         log.info(
             "round started",

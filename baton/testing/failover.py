@@ -132,7 +132,7 @@ def failover_client(
     argv = [
         baton_exe(), "redis-failover", "client", "--client-id", answer_as or cid,
         "--master-file", str(master_file), "--listen", f"127.0.0.1:{port}",
-        "--check-timeout", "0.3",
+        "--check-timeout", "1",
     ]  # fmt: skip
     proc = Proc(f"client-{cid}", argv, tmp / f"client-{cid}.out")
     role = ClientRole(cid, port, master_file, proc)
@@ -157,6 +157,10 @@ class ServerRole:
                 return str(res.read().decode())
         except OSError:
             return ""
+
+    def said(self, text: str) -> str | None:
+        """The first log line containing ``text``."""
+        return next((line for line in self.proc.lines() if text in line), None)
 
     def switches(self) -> int:
         return sum("master switched" in line for line in self.proc.lines())
