@@ -16,6 +16,7 @@ import json
 import sys
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -66,7 +67,7 @@ class RedisGroup:
             with self.client(i) as r:
                 r.replicaof("127.0.0.1", master)
         for i in range(1, len(self.servers)):
-            wait_for(lambda i=i: self.link_up(i), timeout=20, what=f"replica {i} in sync")
+            wait_for(partial(self.link_up, i), timeout=20, what=f"replica {i} in sync")
         return self
 
     def link_up(self, i: int) -> bool:
