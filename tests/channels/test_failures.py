@@ -123,3 +123,77 @@ def test_clean_finish_tells_subscribers_and_releases_the_lease(cluster: LocalClu
     finally:
         for s in subs.values():
             s.stop()
+
+
+def test_paused_leader_never_delivers_a_stale_epoch(cluster: LocalCluster) -> None:
+    """Scenario 5 (and 3 seen from outside): the leader is paused past its ttl; another node
+    leads at a higher epoch. When the old leader resumes, nothing it published at its old epoch
+    after the pause reaches anyone, and its own subscribers move to the new epoch."""
+    import time
+
+    c = cluster
+    channel = "tick:paused,every=0.05"
+    subs = subscribers(c, channel)
+    try:
+        wait_for(lambda: all(len(s.pubs()) >= 3 for s in subs.values()), what="publications")
+        ((leader, epoch),) = wait_for(lambda: leaders(c, channel))
+        c.pause(leader)
+        paused_at = time.time()
+        others = [n for n in c.nodes if n != leader]
+        wait_for(
+            lambda: all(subs[n].epoch() > epoch for n in others),
+            timeout=20,
+            what="the others to move to a new epoch",
+        )
+        c.resume(leader)
+        # The resumed node's own subscriber follows the new leader.
+        wait_for(
+            lambda: subs[leader].pubs() and subs[leader].pubs()[-1].epoch > epoch,
+            timeout=20,
+            what="the resumed node's subscriber to reach the new epoch",
+        )
+        ((new_leader, new_epoch),) = wait_for(lambda: leaders(c, channel))
+        assert new_leader != leader and new_epoch > epoch
+        # A few more publications, then look at everything received.
+        marks = {n: len(s.pubs()) for n, s in subs.items()}
+        wait_for(lambda: all(len(s.pubs()) > marks[n] + 3 for n, s in subs.items()))
+        for sub in subs.values():
+            old = sub.pubs(epoch)
+            # Nothing the paused leader made after it was paused reached anyone...
+            assert all(m.ts is not None and m.ts <= paused_at for m in old), [
+                m for m in old if (m.ts or 0) > paused_at
+            ]
+            # ...and no subscriber got an older epoch after a newer one, or a repeat.
+            seen = [(m.epoch, m.offset) for m in sub.pubs()]
+            assert seen == sorted(set(seen))
+    finally:
+        for s in subs.values():
+            s.stop()
+
+
+def test_failing_upstream_is_restarted_and_subscribers_told_of_the_gap(
+    cluster: LocalCluster,
+) -> None:
+    """Scenario 7: the upstream raises after 4 ticks, every time. It is restarted at once in the
+    same epoch (no new leadership), and every subscriber, at every node, gets a gap notice
+    followed by more publications."""
+    c = cluster
+    channel = "tick:flaky,every=0.05,fail=4"
+    subs = subscribers(c, channel)
+    try:
+        wait_for(
+            lambda: all(len(s.kinds("gap")) >= 2 for s in subs.values()),
+            timeout=20,
+            what="two gaps at every node",
+        )
+        ((leader, epoch),) = leaders(c, channel)
+        for sub in subs.values():
+            gap = sub.kinds("gap")[0]
+            assert gap.epoch == epoch and "upstream failed" in (gap.reason or "")
+            after = [m for m in sub.pubs() if m.offset > gap.offset]
+            assert after and all(m.epoch == epoch for m in after)
+        metrics = c.node(leader).get("/metrics").text
+        assert "baton_channel_upstream_restarts_total" in metrics
+    finally:
+        for s in subs.values():
+            s.stop()
