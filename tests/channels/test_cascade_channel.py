@@ -1,0 +1,69 @@
+"""``cascade:<node>/<table>`` on a real node process with a Redis store: a subscriber sees the
+row changes of a replicated table as the root captures and ticks them, read from the node
+database (no Spark); a table the node does not replicate is refused."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from baton.cascade import commands
+from baton.cascade.db import open_node_db
+from baton.cascade.ticker import TickerConfig, tick_once
+from baton.errors import ChannelRefused
+from baton.testing.channels import Subscriber
+from baton.testing.cluster import LocalCluster
+from baton.testing.servers import RedisServer
+from baton.testing.waiting import wait_for
+from baton.testing.workload import create_accounts
+
+pytestmark = pytest.mark.cluster
+
+
+def test_cascade_channel_streams_the_root_changes(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    loc = f"sqlite://{tmp_path / 's1.db'}"
+    create_accounts(tmp_path / "s1.db")
+    commands.create_root("s1", loc, "S")
+    commands.add_table(loc, "accounts", "s1")
+    settings = {"settings": {"cascade": {"nodes": {"s1": loc}}}}
+    store = f"{redis_server.url}?namespace=t{uuid.uuid4().hex[:10]}"
+    with LocalCluster(
+        1, store, tmp_path / "c", ttl=2, env={"BATON_CHANNELS": json.dumps(settings)}
+    ) as c:
+        wait_for(lambda: c.states() == {"n0": "live"}, timeout=30)
+        url = c.node("n0").url
+        with Subscriber([url], c.token, "cascade:s1/accounts") as sub:
+            first = wait_for(lambda: sub.kinds("subscribed"), what="the initial data")[0]
+            assert first.data["node"] == "s1" and first.data["role"] == "root"
+            assert first.data["key"] == ["id"] and "balance" in first.data["columns"]
+            # Changes at the root: captured by its triggers, then a tick closes the batch.
+            conn = sqlite3.connect(tmp_path / "s1.db", isolation_level=None)
+            conn.execute("INSERT INTO accounts VALUES (1, 10, 'a', 0), (2, 20, 'b', 0)")
+            conn.execute("UPDATE accounts SET balance = 11 WHERE id = 1")
+            conn.execute("DELETE FROM accounts WHERE id = 2")
+            conn.close()
+            with open_node_db(loc) as db:
+                cfg = TickerConfig(period=0.01, max_count=1, max_lag=0, idle=0)
+                assert tick_once(db, cfg, time.time()) is not None
+            pubs = wait_for(sub.pubs, what="the batch's changes")
+            changes = [ch for m in pubs for ch in m.data["changes"]]
+            assert [(ch["op"], ch["key"]) for ch in changes] == [
+                ("I", {"id": 1}), ("I", {"id": 2}), ("U", {"id": 1}), ("D", {"id": 2}),
+            ]  # fmt: skip
+            assert changes[2]["data"]["balance"] == 11
+            assert pubs[0].data["tick"] >= 1
+        with Subscriber([url], c.token, "cascade:s1/nothing") as refused:
+            assert refused.finished.wait(10)
+            assert isinstance(refused.error, ChannelRefused)
+            assert "does not replicate table 'nothing'" in refused.error.reason
+        with Subscriber([url], c.token, "cascade:s9/accounts") as unknown:
+            assert unknown.finished.wait(10)
+            assert isinstance(unknown.error, ChannelRefused)
+            assert "cascade node 's9' is unknown" in unknown.error.reason
