@@ -1,0 +1,94 @@
+"""The client's rules and the choice of the replica, as pure functions."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from baton.failover.decide import (
+    Answer,
+    ClientState,
+    ServerInfo,
+    Token,
+    choose_replica,
+    current_master,
+    on_invalidate,
+    on_ping,
+    on_reconfigure,
+)
+from baton.store.master_file import Address
+
+M, R1, R2 = Address("h", 1), Address("h", 2), Address("h", 3)
+
+
+def test_a_round_goes_ping_invalidate_reconfigure_and_refuses_older_rounds() -> None:
+    t1, t2 = Token(1, "s1"), Token(1, "s2")
+    assert t1 < t2 < Token(2, "s1")
+    d = on_ping(ClientState(), t2, old_answers=False)
+    assert d.answer == Answer.PONG
+    assert on_ping(d.state, t1, old_answers=False).answer == Answer.STALE
+    assert on_invalidate(d.state, t1, old_answers=False).answer == Answer.STALE
+    refused = on_invalidate(d.state, t2, old_answers=True)
+    assert refused.answer == Answer.REFUSED and not refused.write
+    d = on_invalidate(d.state, t2, old_answers=False)
+    assert d.answer == Answer.INVALIDATED and d.write and d.master is None
+    assert on_reconfigure(d.state, t1, R1, None).answer == Answer.STALE
+    assert on_reconfigure(d.state, Token(3, "s1"), R1, None).answer == Answer.REFUSED
+    d = on_reconfigure(d.state, t2, R2, None)
+    assert d.answer == Answer.RECONFIGURED and d.write and d.master == R2
+    # Periodic reconfigure: a no-op for the same master, a conflict for another one.
+    same = on_reconfigure(d.state, t2, R2, R2)
+    assert same.answer == Answer.RECONFIGURED and not same.write
+    assert on_reconfigure(d.state, t2, R1, R2).answer == Answer.CONFLICT
+
+
+def test_the_master_answering_from_a_client_holds_the_round_back() -> None:
+    d = on_ping(ClientState(), Token(1, "s"), old_answers=True)
+    assert d.answer == Answer.REFUSED
+    assert on_invalidate(d.state, Token(1, "s"), old_answers=False).answer == Answer.REFUSED
+
+
+messages = st.lists(
+    st.tuples(
+        st.sampled_from(["ping", "invalidate", "reconfigure"]),
+        st.builds(Token, st.integers(1, 3), st.sampled_from(["s1", "s2"])),
+        st.sampled_from([R1, R2]),
+    ),
+    max_size=30,
+)
+
+
+@given(messages)
+def test_a_client_only_ever_writes_a_master_for_the_round_it_invalidated_in(
+    msgs: list[tuple[str, Token, Address]],
+) -> None:
+    """Whatever order messages of several servers arrive in, the file changes from empty to a
+    master only by the reconfigure of the round the client invalidated in (or for a newcomer
+    whose file is empty and who is in no round), and never from one master to another."""
+    state = ClientState()
+    current: Address | None = M
+    for kind, token, master in msgs:
+        if kind == "ping":
+            d = on_ping(state, token, old_answers=False)
+        elif kind == "invalidate":
+            d = on_invalidate(state, token, old_answers=False)
+        else:
+            d = on_reconfigure(state, token, master, current)
+        if d.write and d.master is not None:
+            assert current is None or current == d.master
+            assert state.invalidated_in in (None, token)
+            assert state.highest is None or token >= state.highest
+        if d.write:
+            current = d.master
+        state = d.state
+
+
+def test_the_newest_line_of_masters_and_then_the_offset_wins() -> None:
+    old = ServerInfo(M, reachable=False)
+    stuck = ServerInfo(R1, True, "slave", offset=900, master_of=M, token=Token(1, "s"))
+    promoted = ServerInfo(R2, True, "master", offset=500, token=Token(2, "s"))
+    assert choose_replica([old, stuck, promoted], M) == promoted
+    assert choose_replica([old, stuck], M) == stuck
+    assert choose_replica([old], M) is None
+    back = ServerInfo(M, True, "master", offset=950, token=Token(1, "s"))
+    assert current_master([back, stuck, promoted], {}) == (R2, Token(2, "s"))
