@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,3 +224,34 @@ def test_channel_names_are_lease_names() -> None:
     from baton.store.base import check_name
 
     assert check_name("lease", lease_name(parse_channel("cascade:s1/accounts").name))
+
+
+def test_cli_subscribe_and_channels(node: tuple[LocalCluster, Subscriber]) -> None:
+    import subprocess
+    import sys
+
+    c, _ = node
+    baton = str(Path(sys.executable).with_name("baton"))
+    api = ["--api", c.node("n0").url, "--token-file", str(c.token_file)]
+    out = subprocess.run(
+        [baton, "subscribe", "tick:cli,every=0.02,end=3", *api],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.splitlines()]
+    assert [x["type"] for x in lines] == ["subscribed", "pub", "pub", "pub", "finished"]
+    assert [x["offset"] for x in lines[1:4]] == [1, 2, 3]
+    listed = subprocess.run(
+        [baton, "channels", *api, "--json"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["channel"]: r for r in json.loads(listed.stdout)}
+    assert rows[HEALTHY]["leader"] == "n0" and rows[HEALTHY]["subscribers"] == {"n0": 1}
+    assert rows[HEALTHY]["offset"] >= 1
+    # Refused and bad input: one line on stderr, no traceback.
+    bad = subprocess.run(
+        [baton, "subscribe", "tick:x,deny=1", *api], capture_output=True, text=True, timeout=30,
+        check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "refuses subscribers" in bad.stderr and "Traceback" not in bad.stderr

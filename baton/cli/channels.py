@@ -1,0 +1,114 @@
+"""``baton subscribe`` and ``baton channels``: live channels from the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from baton.cli.common import check_api_url, run_async
+from baton.errors import ConfigError
+
+token_option = click.option(
+    "--token-file",
+    type=click.Path(path_type=Path),
+    help="Cluster token, or a per-user token a handler accepts (or BATON_TOKEN).",
+)
+
+
+def _token(token_file: Path | None) -> str:
+    token = os.environ.get("BATON_TOKEN", "")
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError("no token: give --token-file FILE or set BATON_TOKEN")
+    return token
+
+
+@click.command()
+@click.argument("channel")
+@click.option(
+    "--api",
+    "apis",
+    metavar="URL",
+    multiple=True,
+    required=True,
+    callback=lambda ctx, param, values: tuple(check_api_url(ctx, param, v) for v in values),
+    help="A node's API (http://host:port); repeat it to fail over between nodes.",
+)
+@token_option
+@click.option("--count", type=click.IntRange(min=1), help="Exit after this many publications.")
+def subscribe(
+    channel: str, apis: tuple[str, ...], token_file: Path | None, count: int | None
+) -> None:
+    """Subscribe to CHANNEL (namespace:path) and print every message as a JSON line.
+
+    Reconnects (to the next --api) and recovers from the last epoch and offset. Exits 0 after
+    --count publications or when the channel finishes; a refusal is one line on stderr."""
+    from baton.channels.client import Client
+    from baton.channels.handler import parse_channel
+
+    parse_channel(channel)  # bad input is refused before connecting
+    token = _token(token_file)
+
+    async def go() -> None:
+        seen = 0
+        async with Client(list(apis), token) as client:
+            async for msg in client.subscribe(channel):
+                click.echo(json.dumps(msg.to_dict()))
+                sys.stdout.flush()
+                if msg.kind == "pub":
+                    seen += 1
+                    if count is not None and seen >= count:
+                        return
+
+    # A refusal or a closed connection is a BatonError: one line on stderr, exit 1 (2 for
+    # bad input such as a wrong token).
+    run_async(go)
+
+
+@click.command("channels")
+@click.option("--api", metavar="URL", required=True, callback=check_api_url, help="A node's API.")
+@token_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def channels(api: str, token_file: Path | None, as_json: bool) -> None:
+    """List the cluster's channels: leader, epoch, offset, subscribers per node."""
+    import httpx
+
+    token = _token(token_file)
+    try:
+        res = httpx.get(
+            f"{api}/v1/channels/cluster", headers={"authorization": f"Bearer {token}"}, timeout=10
+        )
+    except httpx.HTTPError as exc:
+        raise ConfigError(f"cannot reach node API {api}: {type(exc).__name__}") from None
+    if res.status_code == 401:
+        raise ConfigError(f"node API {api} refused the token: check --token-file")
+    if res.status_code != 200:
+        raise ConfigError(f"node API {api} answered {res.status_code}")
+    rows: list[dict[str, Any]] = res.json()["channels"]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    table = Table(title="channels")
+    for col in ("channel", "leader", "epoch", "offset", "subscribers"):
+        table.add_column(col)
+    for row in rows:
+        per = ", ".join(f"{n}={k}" for n, k in sorted(row["subscribers"].items())) or "-"
+        table.add_row(
+            row["channel"], str(row["leader"] or "-"), str(row["epoch"] or "-"),
+            str(row["offset"] if row["offset"] is not None else "-"), per,
+        )  # fmt: skip
+    Console().print(table)
+
+
+__all__ = ["channels", "subscribe"]
