@@ -19,6 +19,7 @@ from rich.table import Table
 from baton import logs
 from baton.cli import cascade as cascade_cli
 from baton.cli import cascade_run
+from baton.cli import channels as channels_cli
 from baton.cli import placement as placement_cli
 from baton.cli import redis_failover as redis_failover_cli
 from baton.cli.common import (
@@ -312,6 +313,8 @@ cli.add_command(placement_cli.placement)
 
 cascade_cli.cascade.add_command(cascade_run.run)
 cli.add_command(cascade_cli.cascade)
+cli.add_command(channels_cli.subscribe)
+cli.add_command(channels_cli.channels)
 cli.add_command(redis_failover_cli.redis_failover)
 
 
