@@ -315,15 +315,16 @@ class ChannelHub:
             epoch = stream.epoch
             if since is not None and self._recover(stream, sink, user, since):
                 return
+            after = since.offset if since is not None and since.epoch == epoch else None
             try:
-                data, offset = await self._initial(stream, user, epoch)
+                answer = await self._initial(stream, user, epoch, after)
             except ChannelUnavailable as exc:
                 last = exc
                 await self._recheck(stream)
                 continue
             if stream.epoch != epoch:  # changed while we asked
                 continue
-            self._attach(stream, sink, user, (epoch, offset), data)
+            self._attach(stream, sink, user, epoch, answer)
             return
         assert last is not None
         raise last
@@ -355,16 +356,24 @@ class ChannelHub:
         )
 
     def _attach(
-        self, stream: _Stream, sink: Sink, user: User, at: tuple[int, int], data: Any
+        self, stream: _Stream, sink: Sink, user: User, epoch: int, answer: dict[str, Any]
     ) -> None:
-        epoch, offset = at
-        stream.subs[sink] = _Sub(user, epoch, offset)
-        sink.send(self._subscribed(stream, offset, data, recovered=False))
-        # What this node already has beyond the leader's offset at the time of the data.
-        for off, text, frame in stream.history:
-            if off > offset:
+        """Start ``sink`` from a survey's ``answer``: fresh data at the leader's offset, or
+        (recovered) the frames the leader had after the subscriber's offset."""
+        offset = int(answer["offset"])
+        recovered = bool(answer.get("recovered"))
+        sub = stream.subs[sink] = _Sub(user, epoch, offset)
+        sink.send(self._subscribed(stream, offset, answer.get("data"), recovered=recovered))
+        for text in answer.get("frames", ()):
+            frame = json.loads(text)
+            if frame.get("epoch") == epoch and int(frame["offset"]) > sub.after:
+                sub.after = int(frame["offset"])
                 sink.send(text, frame.get("ts"))
-                stream.subs[sink].after = off
+        # What this node already has beyond that.
+        for off, text, frame in stream.history:
+            if off > sub.after:
+                sink.send(text, frame.get("ts"))
+                sub.after = off
 
     async def relay_subscribe(
         self, sink: Sink, channel_name: str, epoch: int, since: Since | None
@@ -426,13 +435,14 @@ class ChannelHub:
 
     # -- the survey: initial data at the leader --------------------------------------------
 
-    async def _initial(self, stream: _Stream, user: User, epoch: int) -> tuple[Any, int]:
+    async def _initial(
+        self, stream: _Stream, user: User, epoch: int, since: int | None = None
+    ) -> dict[str, Any]:
         if stream.role == "leader":
-            answer = await self.survey(stream.name, user, epoch)
-            return answer["data"], int(answer["offset"])
+            return await self.survey(stream.name, user, epoch)
         assert stream.leader is not None
         try:
-            answer = await self._forward(stream.leader, stream.name, user, epoch)
+            answer = await self._forward(stream.leader, stream.name, user, epoch, since)
         except ChannelUnavailable:
             self.metrics.forwarded.labels(outcome="unavailable").inc()
             raise
@@ -440,17 +450,26 @@ class ChannelHub:
             self.metrics.forwarded.labels(outcome="refused").inc()
             raise
         self.metrics.forwarded.labels(outcome="ok").inc()
-        return answer["data"], int(answer["offset"])
+        return answer
 
-    async def survey(self, channel_name: str, user: User, epoch: int) -> dict[str, Any]:
+    async def survey(
+        self, channel_name: str, user: User, epoch: int, since: int | None = None
+    ) -> dict[str, Any]:
         """On the leader: check ``user`` may subscribe and compute the initial data at
         ``epoch``, then renew the lease at that epoch in one atomic store call (refused with
-        :class:`ChannelUnavailable` if leadership changed meanwhile)."""
+        :class:`ChannelUnavailable` if leadership changed meanwhile). With ``since`` (an
+        offset of this epoch) still in the history, the answer is the frames after it instead
+        (``recovered``: a subscriber of this epoch coming back, already allowed in it)."""
         stream = self.streams.get(channel_name)
         lease = self.keeper.get(lease_name(channel_name))
         if stream is None or stream.role != "leader" or lease is None or lease.epoch != epoch:
             raise ChannelUnavailable(f"{self.node} does not lead {channel_name} at epoch {epoch}")
         offset = stream.offset
+        if since is not None and since <= offset:
+            oldest = stream.history[0][0] if stream.history else offset + 1
+            if since + 1 >= oldest:
+                frames = [text for off, text, _ in stream.history if off > since]
+                return {"epoch": epoch, "offset": since, "recovered": True, "frames": frames}
         assert stream.ctx is not None
         data = await stream.handler.subscribe(stream.ctx, user, stream.channel)
         try:
@@ -473,11 +492,14 @@ class ChannelHub:
             address = self._addresses[node] = str(json.loads(rec.value)["address"])
         return address
 
-    async def _forward(self, node: str, channel: str, user: User, epoch: int) -> dict[str, Any]:
+    async def _forward(
+        self, node: str, channel: str, user: User, epoch: int, since: int | None
+    ) -> dict[str, Any]:
         assert self._http is not None
         body = {
             "channel": channel,
             "epoch": epoch,
+            "since": since,
             "user": user.id,
             "cluster": user.cluster,
             "namespace": user.namespace,
@@ -574,7 +596,7 @@ class ChannelHub:
         """Give subscribers of an older epoch the current one, with fresh data (one survey per
         user: they get the same data)."""
         epoch = stream.epoch
-        answers: dict[User, tuple[Any, int] | ChannelError] = {}
+        answers: dict[User, dict[str, Any] | ChannelError] = {}
         for sink, sub in subs:
             if stream.subs.get(sink) is not sub or stream.epoch != epoch:
                 continue
@@ -592,7 +614,7 @@ class ChannelHub:
                 del stream.subs[sink]
                 sink.send(_unsubscribed(stream.name, answer.code, answer.reason))
                 continue
-            self._attach(stream, sink, sub.user, (epoch, answer[1]), answer[0])
+            self._attach(stream, sink, sub.user, epoch, answer)
         self._maybe_linger(stream)
         self._count()
 
@@ -815,9 +837,10 @@ class ChannelHub:
         await asyncio.sleep(delay)
         if stream.epoch == epoch:
             try:
-                lease = await self.store.get_lease(lease_name(stream.name))
-            except StoreError:
-                return
+                async with asyncio.timeout(self.timings.lease.request_timeout * 2):
+                    lease = await self.store.get_lease(lease_name(stream.name))
+            except (StoreError, TimeoutError):
+                return  # scenario 4: decided at the next check
             if lease is None or lease.epoch != epoch:
                 await self._recheck(stream, lease)
 

@@ -30,6 +30,8 @@ class ForwardedSubscribe(BaseModel):
     user: str = Field(min_length=1, max_length=256)
     cluster: bool = False
     namespace: str | None = Field(default=None, max_length=64)
+    #: An offset of ``epoch`` the subscriber had: recover from the history if it covers it.
+    since: int | None = Field(default=None, ge=0, le=2**53)
 
 
 def channels_router(hub: ChannelHub, auth: Sequence[params.Depends]) -> APIRouter:
@@ -47,7 +49,7 @@ def channels_router(hub: ChannelHub, auth: Sequence[params.Depends]) -> APIRoute
         protocol's code and reason."""
         user = User(body.user, cluster=body.cluster, namespace=body.namespace)
         try:
-            answer = await hub.survey(body.channel, user, body.epoch)
+            answer = await hub.survey(body.channel, user, body.epoch, body.since)
         except ChannelError as exc:
             return JSONResponse({"ok": False, "code": exc.code, "reason": exc.reason})
         return JSONResponse({"ok": True, **answer})
