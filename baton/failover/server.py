@@ -343,9 +343,18 @@ class ConfigurationServer:
         found = current_master(infos, named)
         if found is not None:
             self.seen.master, self.seen.master_token = found
-        elif named:
-            self.seen.master = max(named, key=lambda a: named[a])
-            self.seen.master_token = None
+        else:
+            # No master answers: the one to replace is the one the clients' files name, or,
+            # when they are empty (a round was interrupted after invalidate), the one the
+            # replicas follow. Failing checks of it then start a round as usual.
+            followed: dict[Address, int] = {}
+            for i in infos:
+                if i.reachable and i.master_of is not None:
+                    followed[i.master_of] = followed.get(i.master_of, 0) + 1
+            votes = named or followed
+            if votes:
+                self.seen.master = max(votes, key=lambda a: votes[a])
+                self.seen.master_token = None
         log.info(
             "current master",
             extra={
@@ -496,9 +505,21 @@ class ConfigurationServer:
         if new is None:
             chosen = choose_replica(infos, old)
             if chosen is None:
-                self._hold_back(token, "promote", [])
-                self.seen.alerts = [f"round {token}: no reachable replica to promote"]
-                raise FailoverError(self.seen.alerts[0])
+                alert = (
+                    f"switch held back in round {token} at promote: no replica answers; the "
+                    "clients keep an empty master file until a later round"
+                )
+                log.warning(alert, extra={"round": str(token)})
+                self.metrics.held_back.set(1)
+                self.metrics.rounds.labels("held_back").inc()
+                self.seen.alerts = [alert]
+                self.seen.last_round = {
+                    "token": token.to_json(),
+                    "outcome": "held back",
+                    "step": "promote",
+                    "at": time.time(),
+                }
+                raise FailoverError(alert)
             new = chosen.address
         try:
             r = self._r(new)

@@ -22,6 +22,8 @@ from types import TracebackType
 from typing import Any, Self
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from baton.store.master_file import Address, read_master
 from baton.testing.processes import Proc
@@ -54,8 +56,15 @@ class RedisGroup:
         """``H:P,H:P,...`` for ``--redis-servers``."""
         return ",".join(str(a) for a in self.addresses)
 
-    def client(self, i: int) -> redis.Redis:
-        return redis.Redis(port=self.servers[i].port, socket_timeout=2)
+    def client(self, i: int, timeout: float = 2.0) -> redis.Redis:
+        # No retries: redis-py's default retries a timed-out call three times, so asking a
+        # paused server would take seconds instead of ``timeout``.
+        return redis.Redis(
+            port=self.servers[i].port,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def start(self) -> Self:
         for s in self.servers:
@@ -79,7 +88,7 @@ class RedisGroup:
         if self.servers[i].proc is None:
             return None
         try:
-            with redis.Redis(port=self.servers[i].port, socket_timeout=0.5) as r:
+            with self.client(i, timeout=0.2) as r:
                 return str(r.info("replication")["role"])
         except (redis.RedisError, OSError):
             return None
@@ -123,9 +132,10 @@ class ClientRole:
 
 
 def failover_client(
-    tmp: Path, cid: str, *, port: int | None = None, answer_as: str | None = None
+    tmp: Path, cid: str, *, port: int | None = None, answer_as: str | None = None, run: int = 1
 ) -> ClientRole:
-    """Start a client role; ``answer_as`` starts it under another id (a misconfigured host)."""
+    """Start a client role; ``answer_as`` starts it under another id (a misconfigured host);
+    ``port`` and a higher ``run`` start it again where it ran (same files, new log)."""
     port = port or free_port()
     home = tmp / f"client-{cid}"
     home.mkdir(parents=True, exist_ok=True)
@@ -135,7 +145,8 @@ def failover_client(
         "--master-file", str(master_file), "--listen", f"127.0.0.1:{port}",
         "--check-timeout", "1",
     ]  # fmt: skip
-    proc = Proc(f"client-{cid}", argv, tmp / f"client-{cid}.out")
+    log = f"client-{cid}.out" if run == 1 else f"client-{cid}-{run}.out"
+    proc = Proc(f"client-{cid}", argv, tmp / log)
     role = ClientRole(cid, port, master_file, proc)
     wait_for(lambda: role.state() is not None or proc.popen.poll() is not None, timeout=20)
     return role

@@ -65,6 +65,11 @@ def test_master_killed_switches_once_and_every_client_follows(
     assert server.switches() == 1
     st = server.status()
     assert st is not None and st["last_round"]["outcome"] == "switched"
+    # The old master returns (empty, a master of nothing): it becomes a replica.
+    group.servers[0].start()
+    wait_for(lambda: group.role(0) == "slave", what="the old master is a replica")
+    assert group.masters() == [new]
+    assert server.switches() == 1
 
 
 class Writer(threading.Thread):
@@ -319,3 +324,35 @@ def test_bad_config_is_one_line_and_switches_nothing(tmp_path: Path, group: Redi
         assert expected in lines[0], (args, lines[0])
     assert group.masters() == [group.addresses[0]]
     assert all(group.role(i) == "slave" for i in (1, 2))
+
+
+def test_server_killed_and_client_restarted_mid_round_end_with_one_master(
+    tmp_path: Path, group: RedisGroup, procs: list[ClientRole | ServerRole]
+) -> None:
+    a, b = (failover_client(tmp_path, cid) for cid in ("a", "b"))
+    procs += [a, b]
+    s1 = failover_server(tmp_path, group, [a, b], "s1")
+    procs.append(s1)
+    old = group.addresses[0]
+    wait_for(lambda: a.master() == old and b.master() == old, timeout=20, what="files name m")
+    # The round stops between invalidate and promote: no replica answers.
+    group.servers[1].pause()
+    group.servers[2].pause()
+    group.servers[0].kill()
+    wait_for(lambda: s1.said("at promote: no replica answers"), timeout=20, what="held back")
+    assert a.master() is None and b.master() is None  # both invalidated
+    s1.proc.kill()
+    b.proc.stop()
+    b2 = failover_client(tmp_path, "b", port=b.port, run=2)  # remembers its round
+    procs.append(b2)
+    stuck = b2.state()
+    assert stuck is not None and stuck["invalidated_in"] is not None
+    group.servers[1].resume()
+    group.servers[2].resume()
+    s2 = failover_server(tmp_path, group, [a, b2], "s2")
+    procs.append(s2)
+    wait_for(lambda: _settled(group, [a, b2]), timeout=30, what="one master everywhere")
+    wait_for(lambda: s2.switches() == 1, what="s2's switch logged")
+    after = b2.state()
+    assert after is not None and after["invalidated_in"] is None
+    assert after["highest"] > stuck["invalidated_in"]
