@@ -16,6 +16,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -90,6 +91,8 @@ class NodeAgent:
         self._spark: Any = None
         self._spark_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
+        #: The node record was published once: later membership terms publish it again.
+        self._published = False
         self.membership.on_event(self._on_membership)
         self.channels = ChannelHub(
             self.store,
@@ -148,10 +151,31 @@ class NodeAgent:
         if isinstance(event, LeadershipLost):
             # Cut off from the store: lead nothing, before anyone may be nominated instead.
             self.runner.drop_leaders()
-        elif isinstance(event, NewState) and event.state is State.LEADER and self.runner.members:
-            task = asyncio.ensure_future(self.runner.resync_all())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        elif isinstance(event, NewState) and event.state is State.LEADER:
+            if self._published:
+                # Membership taken again (a lapsed lease, a store that lost its data): the
+                # record may have gone with the old lease, and without it the controller sees
+                # no node here and never places anything on it again.
+                self._spawn(self._publish_record())
+            if self.runner.members:
+                self._spawn(self.runner.resync_all())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _publish_record(self) -> None:
+        """Put ``nodes/<id>`` again under the current membership lease."""
+        term = self.membership.term
+        if term is None:
+            return  # lost again already: the next term publishes
+        body = json.dumps(asdict(self.record()), sort_keys=True).encode()
+        try:
+            await self.store.put(node_record(self.node_id), body, lease=term.lease)
+        except StoreError as exc:
+            # The membership election goes on; its next term publishes again.
+            log.warning("node record not published", extra={"error": describe(exc)})
 
     async def _fetch(self, node: str, group: str, request: dict[str, Any]) -> dict[str, Any]:
         """Ask ``node`` (a group's leader) through its API."""
@@ -193,6 +217,7 @@ class NodeAgent:
         res = await self.store.put(node_record(self.node_id), body, lease=term.lease)
         if not res.ok:
             raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
+        self._published = True
         await self.controller.start()
         await self.channels.start()
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")

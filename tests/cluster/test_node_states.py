@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from baton.testing.cluster import LocalCluster
+from baton.testing.servers import RedisServer
 
 pytestmark = pytest.mark.cluster
 
@@ -38,3 +39,23 @@ def test_killed_node_goes_suspect_then_dead_once(tmp_path: Path) -> None:
         # Dead two ttl after the lapse was first seen (the survivor may see it a poll before
         # this loop does; a loaded machine answers late).
         assert 2 * TTL - 0.5 <= at["dead"] - at["suspect"] <= 2 * TTL + 2, seen
+
+
+def test_node_records_come_back_after_the_store_lost_its_data(tmp_path: Path) -> None:
+    """A node's record lives under its membership lease; when the store loses its data (a
+    Redis restarted empty) the nodes take membership again and must publish their records
+    again: they did not, so the controller saw no node and placed nothing, for good (found by
+    the fault campaign of issue 12)."""
+    import redis
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        with LocalCluster(2, server.url, tmp_path / "c", ttl=TTL) as c:
+            both = {n: "live" for n in c.nodes}
+            c.wait_for(lambda: c.states() == both, timeout=30)
+            client = redis.Redis.from_url(server.url)
+            client.flushall()
+            client.close()
+            c.wait_for(lambda: c.states() == both, timeout=10 * TTL)
+    finally:
+        server.stop()
