@@ -197,3 +197,47 @@ def test_failing_upstream_is_restarted_and_subscribers_told_of_the_gap(
     finally:
         for s in subs.values():
             s.stop()
+
+
+def test_leader_not_answering_a_forwarded_subscribe(tmp_path: Path) -> None:
+    """Scenario 2: the leader is paused (well inside its ttl). A subscribe at another node is
+    forwarded, times out, is retried, and is answered with 4503 and a one-line reason; the same
+    subscribe sent again once the leader answers succeeds at the same epoch."""
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+
+    from baton.channels.client import ws_url
+
+    channel = "tick:slow,every=0.05"
+    with LocalCluster(2, None, tmp_path, ttl=8) as c:
+        wait_for(lambda: list(c.states().values()) == ["live"] * 2, timeout=30)
+        with Subscriber([c.node("n0").url], c.token, channel) as anchor:
+            wait_for(anchor.pubs)
+            epoch = anchor.epoch()
+
+            async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+                headers = {"authorization": f"Bearer {c.token}"}
+                request = json.dumps({"type": "subscribe", "channel": channel})
+                async with connect(ws_url(c.node("n1").url), additional_headers=headers) as ws:
+                    c.pause("n0")
+                    try:
+                        await ws.send(request)
+                        refusal = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                    finally:
+                        c.resume("n0")
+                    await ws.send(request)
+                    while True:
+                        answer = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                        if answer["type"] != "pub":
+                            return refusal, answer
+
+            refusal, answer = asyncio.run(go())
+            assert refusal["type"] == "unsubscribed" and refusal["code"] == 4503, refusal
+            assert "did not answer" in refusal["reason"] and "\n" not in refusal["reason"]
+            assert answer["type"] == "subscribed" and answer["epoch"] == epoch, answer
+            assert leaders(c, channel) == [("n0", epoch)]
+            text = c.node("n1").get("/metrics").text
+            assert 'baton_channel_forwarded_subscribes_total{outcome="unavailable"} 3.0' in text
+            assert 'baton_channel_forwarded_subscribes_total{outcome="ok"} 1.0' in text
