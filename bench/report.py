@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench import cascade_report, groups, placement
@@ -45,6 +46,8 @@ class Results:
     #: bench.cascade.cascade_bench and bench.londiste.londiste_bench output (JSON-able).
     cascade: dict[str, Any] | None = None
     londiste: dict[str, Any] | None = None
+    #: bench.channels.channels_bench output (JSON-able).
+    channels: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -820,6 +823,11 @@ def document(res: Results) -> str:
         lines += groups_section(res)
     if res.cascade:
         lines += cascade_report.section(res.cascade, res.londiste)
+    if res.channels:
+        from bench.channels import section as channels_section
+
+        plot = res.channels.get("plot")
+        lines += [*channels_section(res.channels, Path(plot).name if plot else None), ""]
     lines += [
         "## Notes",
         "",

@@ -15,6 +15,10 @@ Benchmarks (each starts its own servers in a temp dir and stops them, except ``p
 ``cascade``   cascaded replication root -> branch -> leaf: baton (SQLite and PostgreSQL, with
               Spark) and Londiste 3 + PgQ as the reference (events/s, lag at 2k and 5k
               changes/s, apply efficiency); about 12 minutes (3 with ``--quick``)
+``channels``  live channels on 3 ``baton node`` agents: delivery latency, memory and CPU with
+              1k and 10k WebSocket subscribers at 100 publications/s, against every node
+              running its own upstream; the time subscribers on survivors take to receive from
+              a new epoch after a SIGKILL of the channel leader (a PNG of latency over time)
 ``groups``    group leader recovery: SIGKILL a node (not the controller) leading groups among
               5 ``baton node`` agents running 30 replicated objects, until those groups have a
               new leader nominated, leading and serving; on SQLite unless ``--backend`` is given
@@ -46,6 +50,7 @@ from bench.report import Results, console, document
 
 NAMES = (
     "failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups", "cascade",
+    "channels",
 )  # fmt: skip
 DOC = REPO / "docs" / "benchmarks.md"
 #: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
@@ -131,6 +136,12 @@ def _cascade(res: Results, quick: bool) -> None:
     say(f"londiste: {res.londiste}")
 
 
+def _channels(res: Results, quick: bool) -> None:
+    from bench.channels import channels_bench
+
+    res.channels = channels_bench(quick, say, plot=DOC.parent / "channels-failover.png")
+
+
 def run(
     names: Sequence[str],
     backends: Sequence[str],
@@ -180,6 +191,10 @@ def run(
             jobs.append((what, partial(_groups, res, b, recoveries)))
     if "cascade" in names:
         jobs.append(("cascaded replication, baton and Londiste 3", partial(_cascade, res, quick)))
+    if "channels" in names:
+        jobs.append(
+            ("live channels, baton and one upstream per node", partial(_channels, res, quick))
+        )
     for what, job in jobs:
         _attempt(res, what, job)
     res.duration = time.monotonic() - started
