@@ -41,11 +41,16 @@ token_option = click.option(
 )
 
 
-def _settings(config_path: Path | None, **given: Any) -> dict[str, Any]:
-    """The file's keys, overridden by the options given on the command line."""
+def _settings(config_path: Path | None, role: str, **given: Any) -> dict[str, Any]:
+    """The file's keys for ``role``, overridden by the options given on the command line. A
+    file with both roles (a node's ``[redis_failover]``) keeps the server's keys in its
+    ``server`` sub-table."""
     from baton.failover.config import load_table
 
     data = load_table(config_path)
+    server = data.pop("server", None)
+    if role == "server" and isinstance(server, dict):
+        data = dict(server)
     if given.get("client_ids") is not None:
         data.pop("clients", None)
     for key, value in given.items():
@@ -102,6 +107,7 @@ def server_cmd(
     cfg = server_config(
         _settings(
             config_path,
+            "server",
             redis_servers=redis_servers,
             client_ids=client_ids,
             server_id=server_id,
@@ -157,6 +163,7 @@ def client_cmd(
     cfg = client_config(
         _settings(
             config_path,
+            "client",
             client_id=client_id,
             master_file=None if master_file is None else str(master_file),
             listen=listen,
@@ -172,7 +179,7 @@ def client_cmd(
 def _status_settings(
     config_path: Path | None, redis_servers: str | None, client_ids: str | None
 ) -> dict[str, Any]:
-    data = _settings(config_path, redis_servers=redis_servers, client_ids=client_ids)
+    data = _settings(config_path, "server", redis_servers=redis_servers, client_ids=client_ids)
     return {k: v for k, v in data.items() if k not in ("client_id", "master_file", "state_file")}
 
 

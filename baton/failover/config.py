@@ -26,8 +26,9 @@ Client (``baton redis-failover client --config FILE``)::
     check_timeout = 0.5                     # how long the old master gets to answer a check
     token_file = "/etc/baton/failover-token"
 
-The same keys may sit in a ``[redis_failover]`` table (how a node agent's config carries them).
-Environment: ``BATON_FAILOVER_TOKEN`` for the token.
+The same keys may sit in a ``[redis_failover]`` table, the server's in its ``server`` sub-table
+(how a node agent's config carries both roles: see :mod:`baton.failover.roles`). Environment:
+``BATON_FAILOVER_TOKEN`` for the token.
 """
 
 from __future__ import annotations

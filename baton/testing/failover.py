@@ -132,19 +132,21 @@ class ClientRole:
 
 
 def failover_client(
-    tmp: Path, cid: str, *, port: int | None = None, answer_as: str | None = None, run: int = 1
-) -> ClientRole:
+    tmp: Path, cid: str, *, port: int | None = None, answer_as: str | None = None, run: int = 1,
+    via_config: bool = False,
+) -> ClientRole:  # fmt: skip
     """Start a client role; ``answer_as`` starts it under another id (a misconfigured host);
-    ``port`` and a higher ``run`` start it again where it ran (same files, new log)."""
+    ``port`` and a higher ``run`` start it again where it ran (same files, new log);
+    ``via_config`` gives its settings in a TOML file instead of options."""
     port = port or free_port()
     home = tmp / f"client-{cid}"
     home.mkdir(parents=True, exist_ok=True)
     master_file = home / "redis-master"
-    argv = [
-        baton_exe(), "redis-failover", "client", "--client-id", answer_as or cid,
-        "--master-file", str(master_file), "--listen", f"127.0.0.1:{port}",
-        "--check-timeout", "1",
-    ]  # fmt: skip
+    settings = {
+        "client_id": answer_as or cid, "master_file": str(master_file),
+        "listen": f"127.0.0.1:{port}", "check_timeout": 1,
+    }  # fmt: skip
+    argv = [baton_exe(), "redis-failover", "client", *_options(home, settings, via_config)]
     log = f"client-{cid}.out" if run == 1 else f"client-{cid}-{run}.out"
     proc = Proc(f"client-{cid}", argv, tmp / log)
     role = ClientRole(cid, port, master_file, proc)
@@ -179,18 +181,40 @@ class ServerRole:
 
 
 def failover_server(
-    tmp: Path, group: RedisGroup, clients: list[ClientRole], sid: str, *extra: str
-) -> ServerRole:
+    tmp: Path, group: RedisGroup, clients: list[ClientRole], sid: str, *,
+    via_config: bool = False,
+) -> ServerRole:  # fmt: skip
+    """Start a server role with the :data:`FAST` timings and its status API."""
     port = free_port()
-    argv = [
-        baton_exe(), "redis-failover", "server", "--redis-servers", group.spec,
-        "--client-ids", ",".join(c.spec for c in clients), "--server-id", sid,
-        "--listen", f"127.0.0.1:{port}", *FAST, *extra,
-    ]  # fmt: skip
+    settings: dict[str, Any] = {
+        "redis_servers": group.spec, "client_ids": ",".join(c.spec for c in clients),
+        "server_id": sid, "listen": f"127.0.0.1:{port}",
+    }  # fmt: skip
+    settings.update(zip(FAST[::2], FAST[1::2], strict=True))
+    home = tmp / f"server-{sid}"
+    home.mkdir(parents=True, exist_ok=True)
+    argv = [baton_exe(), "redis-failover", "server", *_options(home, settings, via_config)]
     proc = Proc(f"server-{sid}", argv, tmp / f"server-{sid}.out")
     role = ServerRole(sid, port, proc)
     wait_for(lambda: role.status() is not None or proc.popen.poll() is not None, timeout=20)
     return role
+
+
+def _options(home: Path, settings: dict[str, Any], via_config: bool) -> list[str]:
+    """``settings`` as command-line options, or as a TOML file given with ``--config``."""
+    if not via_config:
+        out: list[str] = []
+        for key, value in settings.items():
+            out += [key if key.startswith("--") else "--" + key.replace("_", "-"), str(value)]
+        return out
+    lines = []
+    for key, value in settings.items():
+        name = key.removeprefix("--").replace("-", "_")
+        quoted = isinstance(value, str) and not value.replace(".", "").isdigit()
+        lines.append(f"{name} = {json.dumps(value) if quoted else value}")
+    path = home / "failover.toml"
+    path.write_text("[redis_failover]\n" + "\n".join(lines) + "\n")
+    return ["--config", str(path)]
 
 
 def _get_json(url: str) -> dict[str, Any] | None:

@@ -50,9 +50,10 @@ def _settled(group: RedisGroup, clients: list[ClientRole]) -> bool:
 def test_master_killed_switches_once_and_every_client_follows(
     tmp_path: Path, group: RedisGroup, procs: list[ClientRole | ServerRole]
 ) -> None:
-    clients = [failover_client(tmp_path, cid) for cid in ("a", "b")]
+    # Both ways of configuring: options (a) and TOML files (b, the server).
+    clients = [failover_client(tmp_path, "a"), failover_client(tmp_path, "b", via_config=True)]
     procs += clients
-    server = failover_server(tmp_path, group, clients, "s1")
+    server = failover_server(tmp_path, group, clients, "s1", via_config=True)
     procs.append(server)
     old = group.addresses[0]
     wait_for(lambda: all(c.master() == old for c in clients), timeout=20, what="files name m")

@@ -1,0 +1,63 @@
+"""The roles inside a node agent (``[redis_failover]`` in its config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from baton.errors import ConfigError
+from baton.node.agent import NodeAgent
+from baton.node.config import load
+from baton.store.master_file import read_master
+from baton.testing import await_for
+from baton.testing.failover import RedisGroup
+from baton.testing.servers import free_port
+
+TOKEN = "cluster-token-0123456789"
+
+
+def _config(tmp_path: Path, table: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'node_id = "n1"\nstore = "sqlite://{tmp_path}/store.db"\ntoken = "{TOKEN}"\n'
+        f'data_dir = "{tmp_path}"\nlisten = "127.0.0.1:{free_port()}"\n'
+        f"[timings]\nttl = 2\n{table}"
+    )
+    return path
+
+
+async def test_a_node_runs_both_roles_and_follows_a_switch(tmp_path: Path) -> None:
+    with RedisGroup(tmp_path / "redis", 2) as group:
+        port = free_port()
+        master_file = tmp_path / "redis-master"
+        table = (
+            f'[redis_failover]\nclient_id = "n1"\nmaster_file = "{master_file}"\n'
+            f'listen = "127.0.0.1:{port}"\n'
+            f"[redis_failover.server]\n"
+            f'redis_servers = ["{group.addresses[0]}", "{group.addresses[1]}"]\n'
+            f'clients = {{ n1 = "127.0.0.1:{port}" }}\nserver_id = "n1"\n'
+            "check_interval = 0.1\nretries = 2\nrequest_timeout = 0.3\n"
+            "reconfigure_interval = 0.3\n"
+        )
+        agent = NodeAgent(load(_config(tmp_path, table), env={}))
+        await agent.start()
+        try:
+            await await_for(lambda: read_master(master_file) == group.addresses[0], timeout=20)
+            group.servers[0].kill()
+            await await_for(lambda: read_master(master_file) == group.addresses[1], timeout=20)
+            assert group.masters() == [group.addresses[1]]
+        finally:
+            await agent.stop()
+
+
+def test_a_bad_table_is_one_line_naming_it(tmp_path: Path) -> None:
+    for table, expected in (
+        ('[redis_failover]\nclient_id = "n1"\ncolour = "red"\n', "unknown client setting"),
+        ("[redis_failover]\n[redis_failover.server]\nclients = {}\n", "no Redis servers"),
+        ("[redis_failover]\n", "is empty"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            load(_config(tmp_path, table), env={})
+        msg = str(info.value)
+        assert "\n" not in msg and "redis_failover" in msg and expected in msg, msg
