@@ -146,6 +146,8 @@ class NodeConfig(BaseModel):
     workloads: dict[str, str] = Field(default_factory=dict)
     #: Live channels (see baton.channels.config; env BATON_CHANNELS as JSON).
     channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    #: Store failover roles run by this agent (see baton.failover.roles; docs/failover.md).
+    redis_failover: dict[str, Any] | None = None
 
     @field_validator("node_id")
     @classmethod
@@ -173,6 +175,18 @@ class NodeConfig(BaseModel):
             load_types(v)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("redis_failover")
+    @classmethod
+    def _redis_failover(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        from baton.failover.roles import parse
+
+        if v is not None:
+            try:
+                parse(v)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("store")
