@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from baton import __version__
 from baton.channels.hub import ChannelHub
@@ -34,6 +34,9 @@ from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
 from baton.store import ChangeKind, Store, open_store
+
+if TYPE_CHECKING:
+    from baton.failover.roles import Roles
 
 log = logging.getLogger("baton.node")
 
@@ -91,6 +94,8 @@ class NodeAgent:
         self._spark: Any = None
         self._spark_lock = threading.Lock()
         self._background: set[asyncio.Future[None]] = set()
+        #: Store-failover roles from ``[redis_failover]`` (started with the node).
+        self.failover: Roles | None = None
         #: The node record was published once: later membership terms publish it again.
         self._published = False
         self.membership.on_event(self._on_membership)
@@ -220,6 +225,12 @@ class NodeAgent:
         self._published = True
         await self.controller.start()
         await self.channels.start()
+        if self.config.redis_failover is not None:
+            # Imported only when configured: the roles need redis-py (the redis extra).
+            from baton.failover.roles import Roles, parse
+
+            self.failover = Roles(parse(self.config.redis_failover))
+            await self.failover.start()
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
         self._placement_task = asyncio.create_task(self.placement.run(), name="placement")
         self._demotion_task = asyncio.create_task(self.runner.watch_demotions(), name="demotions")
@@ -236,6 +247,8 @@ class NodeAgent:
                     await asyncio.wait_for(task, self.timings.request_timeout * 4)
         await self.hand_over_controller()
         await self.channels.stop()
+        if self.failover is not None:
+            await self.failover.stop()
         # Members stop before the membership lease goes: no leader role outlives it.
         await self.runner.close()
         await self.controller.stop()
