@@ -95,7 +95,7 @@ KEYS = {
     "channels": "table", "channels.linger": "num", "channels.forward_timeout": "num",
     "channels.check_interval": "num", "channels.history": "int", "channels.queue": "int",
     "channels.max_frame": "int", "channels.handlers": "table", "channels.handlers.*": "str",
-    "channels.settings": "table", "channels.settings.*": "table",
+    "channels.settings": "table", "channels.settings.*": "table", "redis_failover": "table",
 }  # fmt: skip
 NAN, INF = float("nan"), float("inf")
 WRONG: dict[str, list[object]] = {
