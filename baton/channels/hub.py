@@ -63,6 +63,7 @@ from baton.keeper import LeaseKeeper
 from baton.keys import node_record
 from baton.logs import describe
 from baton.store import Lease, Store
+from baton.timings import Timings
 
 from .config import ChannelsConfig, ChannelTimings
 from .handler import (
@@ -188,7 +189,7 @@ class ChannelHub:
         store: Store,
         node: str,
         token: str,
-        lease_timings: Any,
+        lease_timings: Timings,
         *,
         config: ChannelsConfig | None = None,
         registry: CollectorRegistry | None = None,
