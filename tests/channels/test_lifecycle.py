@@ -7,16 +7,19 @@ process, with a real SQLite store)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from baton.channels.handler import CLUSTER_USER
+from baton.channels.config import ChannelsConfig
+from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, User
 from baton.channels.hub import ChannelHub, lease_name
-from baton.errors import ChannelUnavailable
+from baton.errors import ChannelRefused, ChannelUnavailable
 from baton.store import Change, ChangeKind, open_store
 from baton.testing.channels import Subscriber
 from baton.testing.cluster import LocalCluster
@@ -203,5 +206,47 @@ async def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -
                 await hub.survey(channel, CLUSTER_USER, lease.epoch)
             # And the hub stops publishing at the old epoch as soon as it finds out.
             await await_for(lambda: hub.streams[channel].role != "leader", timeout=10)
+        finally:
+            await hub.stop()
+
+
+class Users(Handler):
+    """A namespace whose handler accepts per-user tokens ``user-<name>`` and refuses bob."""
+
+    def authenticate(self, token: str) -> str | None:
+        return token.removeprefix("user-") if token.startswith("user-") else None
+
+    async def subscribe(self, ctx: Context, user: User, channel: Channel) -> Any:
+        if user.id == "bob":
+            raise ChannelRefused(f"{user.id} may not watch {channel}")
+        return {"hello": user.id}
+
+    async def run(self, ctx: Context, channel: Channel) -> AsyncIterator[Any]:
+        while not ctx.stopping.is_set():
+            await asyncio.sleep(0.05)
+            yield {"for": channel.path}
+
+
+async def test_per_user_tokens_reach_only_their_namespace(tmp_path: Path) -> None:
+    config = ChannelsConfig(handlers={"users": f"{__name__}:Users"})
+    async with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
+        hub = ChannelHub(store, "a", "x" * 32, Timings.for_ttl(2), config=config)
+        await hub.start()
+        try:
+            assert hub.authenticate("x" * 32) == CLUSTER_USER
+            assert hub.authenticate("wrong") is None
+            alice = hub.authenticate("user-alice")
+            assert alice == User("alice", namespace="users")
+            sink = Frames()
+            await hub.subscribe(sink, "users:room1", alice, None)
+            first = json.loads(sink.texts[0])
+            assert first["type"] == "subscribed" and first["data"] == {"hello": "alice"}
+            await await_for(lambda: len(sink.texts) > 2)
+            with pytest.raises(ChannelRefused, match="does not give access"):
+                await hub.subscribe(Frames(), "tick:x", alice, None)
+            bob = hub.authenticate("user-bob")
+            assert bob is not None
+            with pytest.raises(ChannelRefused, match="bob may not watch"):
+                await hub.subscribe(Frames(), "users:room1", bob, None)
         finally:
             await hub.stop()
