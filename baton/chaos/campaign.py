@@ -106,24 +106,33 @@ def _placed(cluster: ChaosCluster) -> bool:
     )
 
 
-def settle(cluster: ChaosCluster, bound: float) -> float | None:
-    """Seconds until the cluster is settled (see the module docstring), None past ``bound``."""
+def settle(cluster: ChaosCluster, bound: float) -> tuple[float | None, str]:
+    """Seconds until the cluster is settled (see the module docstring), None past ``bound``;
+    and what it waited for last (kept in the history, to say why a round did not settle)."""
     start = time.monotonic()
     before = _last_writes(cluster.resource)
+    waiting = ["nothing"]
 
     def settled() -> bool:
         if not _placed(cluster):
+            waiting[0] = "one controller and every group placed"
             return False
         now = _last_writes(cluster.resource)
-        if any(now.get(lease, 0) <= before.get(lease, 0) for lease in LEASES):
+        stalled = [lease for lease in LEASES if now.get(lease, 0) <= before.get(lease, 0)]
+        if stalled:
+            waiting[0] = f"fresh writes of {stalled}"
             return False
-        return probe_lag(cluster, SETTLED_LAG) is not None
+        lag = probe_lag(cluster, SETTLED_LAG)
+        if lag is None:
+            waiting[0] = f"the leaf within {SETTLED_LAG} s of the root"
+            return False
+        return True
 
     try:
         wait_for(settled, timeout=bound, interval=0.5, what="the cluster to settle")
     except WaitTimeout:
-        return None
-    return time.monotonic() - start
+        return None, waiting[0]
+    return time.monotonic() - start, waiting[0]
 
 
 def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
@@ -177,11 +186,13 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
             if plan.faults is not None:
                 share = min(share, plan.faults - nemesis.count)
             _round(nemesis, rng, share)
-            seconds = settle(cluster, SETTLE_BOUND)
-            harness.record("settle", round=rounds, seconds=seconds, bound=SETTLE_BOUND)
+            seconds, waited = settle(cluster, SETTLE_BOUND)
+            harness.record(
+                "settle", round=rounds, seconds=seconds, bound=SETTLE_BOUND, waited_for=waited
+            )
             log(
                 f"chaos: round {rounds}: {nemesis.count} faults so far, settled in "
-                + ("never" if seconds is None else f"{seconds:.1f} s")
+                + (f"never (waiting for {waited})" if seconds is None else f"{seconds:.1f} s")
             )
             if seconds is None:
                 break

@@ -143,7 +143,10 @@ def settling(history: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
     for rec in history:
         if rec["kind"] == "settle":
             if rec["seconds"] is None:
-                out.append(f"round {rec['round']} did not settle within {rec['bound']} s")
+                out.append(
+                    f"round {rec['round']} did not settle within {rec['bound']} s "
+                    f"(waiting for {rec.get('waited_for')})"
+                )
             else:
                 times.append(rec["seconds"])
     return out, times
