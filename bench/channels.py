@@ -40,6 +40,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 
 from baton.channels.client import ws_url
+from baton.channels.protocol import frames
 from baton.errors import WaitTimeout
 from baton.testing.cluster import LocalCluster
 from baton.testing.waiting import await_for, wait_for
@@ -135,24 +136,27 @@ class Receiver:
             ) as ws:
                 self.ws = ws
                 await ws.send(json.dumps({"type": "subscribe", "channel": self.channel}))
-                async for raw in ws:
+                async for message in ws:
                     now = time.time()
-                    frame = json.loads(raw)
-                    kind = frame["type"]
-                    if kind == "subscribed":
-                        self.connected.set()
-                        continue
-                    if kind != "pub":
-                        continue
-                    epoch, offset = frame["epoch"], frame["offset"]
-                    if epoch not in self.last:
-                        self.epochs.append((epoch, now))
-                    elif offset > self.last[epoch] + 1:
-                        self.missing += offset - self.last[epoch] - 1
-                    self.last[epoch] = offset
-                    self.sink(now, now - frame["ts"])
+                    for frame in frames(message):
+                        self._frame(now, frame)
         except Exception:
             self.closed = True
+
+    def _frame(self, now: float, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        if kind == "subscribed":
+            self.connected.set()
+            return
+        if kind != "pub":
+            return
+        epoch, offset = frame["epoch"], frame["offset"]
+        if epoch not in self.last:
+            self.epochs.append((epoch, now))
+        elif offset > self.last[epoch] + 1:
+            self.missing += offset - self.last[epoch] - 1
+        self.last[epoch] = offset
+        self.sink(now, now - frame["ts"])
 
 
 async def _subscribe_all(receivers: Sequence[Receiver], tasks: list[asyncio.Task[None]]) -> None:

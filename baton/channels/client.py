@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -40,7 +39,7 @@ from baton.errors import (
     ChannelUnavailable,
 )
 
-from .protocol import CLOSE_BAD_FRAME, CLOSE_TOO_BIG, CLOSE_UNAUTHORIZED, dumps
+from .protocol import CLOSE_BAD_FRAME, CLOSE_TOO_BIG, CLOSE_UNAUTHORIZED, dumps, frames
 
 #: Codes after which reconnecting cannot help.
 FATAL_CLOSE = {CLOSE_BAD_FRAME, CLOSE_UNAUTHORIZED, CLOSE_TOO_BIG}
@@ -264,11 +263,11 @@ class Client:
                     for sub in list(self.subs.values()):
                         await ws.send(sub.request())
                     delay = self.reconnect_delay
-                    async for raw in ws:
-                        frame = json.loads(raw)
-                        target = self.subs.get(str(frame.get("channel")))
-                        if target is not None:
-                            target._frame(frame)
+                    async for message in ws:
+                        for frame in frames(message):
+                            target = self.subs.get(str(frame.get("channel")))
+                            if target is not None:
+                                target._frame(frame)
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None
                 if code in FATAL_CLOSE:

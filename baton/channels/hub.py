@@ -815,10 +815,12 @@ class ChannelHub:
                     if stream.offset:
                         request["since"] = {"epoch": epoch, "offset": stream.offset}
                     await ws.send(dumps(request))
-                    async for raw in ws:
-                        if self._relayed(stream, epoch, raw):
-                            stream.relay_up = False
-                            return
+                    async for message in ws:
+                        text = message if isinstance(message, str) else message.decode()
+                        for line in text.split("\n"):
+                            if line and self._relayed(stream, epoch, line):
+                                stream.relay_up = False
+                                return
                         delay = 0.05
             except (OSError, TimeoutError, WebSocketException, ChannelError, StoreError) as exc:
                 log.info(
@@ -845,7 +847,7 @@ class ChannelHub:
             if lease is None or lease.epoch != epoch:
                 await self._recheck(stream, lease)
 
-    def _relayed(self, stream: _Stream, epoch: int, raw: str | bytes) -> bool:
+    def _relayed(self, stream: _Stream, epoch: int, raw: str) -> bool:
         """One frame from the leader; True when the relay must end."""
         frame = json.loads(raw)
         kind = frame.get("type")
@@ -870,7 +872,7 @@ class ChannelHub:
             if offset <= stream.offset:
                 return False
             stream.offset = offset
-            self._deliver(stream, frame, raw if isinstance(raw, str) else raw.decode())
+            self._deliver(stream, frame, raw)
             return False
         if kind == "unsubscribed":
             if frame.get("code") == ChannelFinished.code:

@@ -7,7 +7,9 @@ Client to node (one JSON object per frame, at most ``max_frame`` bytes)::
     {"type": "unsubscribe", "channel": "tick:clock"}
     {"type": "publish", "channel": "tick:clock", "data": ...}
 
-Node to client::
+Node to client (a text message holds one frame, or several separated by newlines: a node
+batches what is queued for a connection when it falls behind, as Centrifugo's JSON protocol
+does; see :func:`frames`)::
 
     {"type": "subscribed", "channel": C, "epoch": E, "offset": O, "recovered": bool, "data": ...}
     {"type": "pub", "channel": C, "epoch": E, "offset": O, "data": ..., "ts": unix time}
@@ -145,6 +147,13 @@ def parse_frame(raw: str | bytes, max_frame: int = MAX_FRAME) -> Frame:
     )
 
 
+def frames(message: str | bytes) -> list[dict[str, Any]]:
+    """The frames of one message from a node (one per line; JSON text never holds a raw
+    newline)."""
+    text = message.decode() if isinstance(message, bytes) else message
+    return [json.loads(line) for line in text.split("\n") if line]
+
+
 def dumps(frame: dict[str, Any]) -> str:
     """A node's frame as text (compact)."""
     return json.dumps(frame, separators=(",", ":"))
@@ -159,5 +168,6 @@ __all__ = [
     "Subscribe",
     "Unsubscribe",
     "dumps",
+    "frames",
     "parse_frame",
 ]

@@ -209,6 +209,7 @@ def test_leader_not_answering_a_forwarded_subscribe(tmp_path: Path) -> None:
     from websockets.asyncio.client import connect
 
     from baton.channels.client import ws_url
+    from baton.channels.protocol import frames
 
     channel = "tick:slow,every=0.05"
     with LocalCluster(2, None, tmp_path, ttl=8) as c:
@@ -224,14 +225,14 @@ def test_leader_not_answering_a_forwarded_subscribe(tmp_path: Path) -> None:
                     c.pause("n0")
                     try:
                         await ws.send(request)
-                        refusal = json.loads(await asyncio.wait_for(ws.recv(), 20))
+                        (refusal,) = frames(await asyncio.wait_for(ws.recv(), 20))
                     finally:
                         c.resume("n0")
                     await ws.send(request)
                     while True:
-                        answer = json.loads(await asyncio.wait_for(ws.recv(), 20))
-                        if answer["type"] != "pub":
-                            return refusal, answer
+                        for answer in frames(await asyncio.wait_for(ws.recv(), 20)):
+                            if answer["type"] != "pub":
+                                return refusal, answer
 
             refusal, answer = asyncio.run(go())
             assert refusal["type"] == "unsubscribed" and refusal["code"] == 4503, refusal

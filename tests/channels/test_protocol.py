@@ -18,7 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from baton.channels.client import ws_url
-from baton.channels.protocol import parse_frame
+from baton.channels.protocol import frames, parse_frame
 from baton.errors import BadFrame
 from baton.testing.channels import Subscriber
 from baton.testing.cluster import LocalCluster
@@ -59,9 +59,8 @@ async def _collect(
 ) -> tuple[list[dict[str, Any]], int | None, str]:
     try:
         while True:
-            raw = await asyncio.wait_for(ws.recv(), wait)
-            got.append(json.loads(raw))
-            if got[-1]["type"] == "unsubscribed":
+            got.extend(frames(await asyncio.wait_for(ws.recv(), wait)))
+            if any(f["type"] == "unsubscribed" for f in got):
                 return got, None, ""
     except ConnectionClosed as exc:
         rcvd = exc.rcvd
@@ -131,11 +130,11 @@ def test_bad_subscribe_closes_only_that_subscription(
             refusal = None
             after: list[dict[str, Any]] = []
             while refusal is None or len(after) < 3:
-                frame = json.loads(await asyncio.wait_for(ws.recv(), 10))
-                if frame["type"] == "unsubscribed":
-                    refusal = frame
-                elif refusal is not None and frame["type"] == "pub":
-                    after.append(frame)
+                for frame in frames(await asyncio.wait_for(ws.recv(), 10)):
+                    if frame["type"] == "unsubscribed":
+                        refusal = frame
+                    elif refusal is not None and frame["type"] == "pub":
+                        after.append(frame)
             return refusal, after
 
     refusal, after = asyncio.run(go())
