@@ -167,8 +167,11 @@ class TickHandler(Handler):
         _, opts = _options(channel)
         every = opts.get("every", 0.1) or 0.1
         n = 0
+        # On a fixed timeline, so the rate holds when the event loop is busy (a real source
+        # does not slow down because its consumers do).
+        start = time.monotonic()
         while not ctx.stopping.is_set():
-            await asyncio.sleep(every)
+            await asyncio.sleep(max(0.0, start + (n + 1) * every - time.monotonic()))
             n += 1
             yield {"n": n, "at": time.time()}
             if "fail" in opts and n >= opts["fail"]:
