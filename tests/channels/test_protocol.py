@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -247,6 +248,12 @@ def test_cli_subscribe_and_channels(node: tuple[LocalCluster, Subscriber]) -> No
     rows = {r["channel"]: r for r in json.loads(listed.stdout)}
     assert rows[HEALTHY]["leader"] == "n0" and rows[HEALTHY]["subscribers"] == {"n0": 1}
     assert rows[HEALTHY]["offset"] >= 1
+    metrics = c.node("n0").get("/metrics").text
+    # (Channels of the fuzz above may still be lingering: at least the healthy one.)
+    upstreams = re.search(r"^baton_channel_upstreams ([0-9.]+)$", metrics, re.M)
+    assert upstreams is not None and float(upstreams.group(1)) >= 1
+    count = re.search(r"^baton_channel_delivery_seconds_count ([0-9.e+]+)$", metrics, re.M)
+    assert count is not None and float(count.group(1)) > 0
     # Refused and bad input: one line on stderr, no traceback.
     bad = subprocess.run(
         [baton, "subscribe", "tick:x,deny=1", *api], capture_output=True, text=True, timeout=30,
