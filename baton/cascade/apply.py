@@ -12,16 +12,21 @@ The transaction (on the subscriber's node database):
 6. follows the global watermark (an event from the root) and trims the queue below it;
 7. stores the new position and the epoch.
 
-Events carry full row images, so applying a key's last event of a batch gives the same result
-as applying all of them in order; and applying a batch twice, or events already reflected in a
-table copy, changes nothing. A key's last event is found by :func:`reduce_events` alone: the
-Spark sink and a table copy's catch-up both use it.
+Events carry full row images, so applying a key's last event of a batch gives the same table
+as applying all of them in order. A batch is never applied twice (the position check), and an
+event a table's initial copy already shows is never applied again: the copy's rows are read at
+its tick T or later, and a trigger on the table (an audit table) would see the row version
+twice. Those are skipped: events up to T (the table's copy tick) and, after T, the ones the copy
+names (:meth:`~baton.cascade.db.NodeDB.reflected`). Skipping a key's last event of a batch when
+the copy shows it is right: a snapshot that shows a key's event shows its earlier ones. A key's
+last event is found by :func:`reduce_events` alone: the Spark sink and a table copy's catch-up
+both use it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,16 +61,25 @@ def reduce_events(events: Iterable[Event]) -> list[Event]:
 
 
 def rows_by_table(
-    db: NodeDB, reduced: Iterable[Event], tables: dict[str, str], skip_upto: dict[str, int]
+    db: NodeDB,
+    reduced: Iterable[Event],
+    tables: dict[str, str],
+    skip_upto: dict[str, int],
+    reflected: Mapping[str, Collection[int]] | None = None,
 ) -> dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]]:
-    """Table -> (columns, key columns, upsert rows, delete keys); validates every event."""
+    """Table -> (columns, key columns, upsert rows, delete keys); validates every event.
+    Leaves out what a table's copy already shows: events whose tick is at or below
+    ``skip_upto[table]`` (the copy's tick) and those whose id is in ``reflected[table]``."""
     out: dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]] = {}
     exact: dict[str, bool] = {}
+    shown = reflected or {}
     for e in reduced:
         if e.table is None or e.table not in tables or tables[e.table] == "copying":
             continue
         if e.tick is not None and e.tick <= skip_upto.get(e.table, 0):
             continue  # already in the table's copy
+        if e.table in shown and e.ev_id in shown[e.table]:
+            continue  # after the copy's tick, but its rows were read after this change
         if e.table not in out:
             cols, pk = db.columns(e.table)
             out[e.table] = (cols, pk, [], [])
@@ -147,10 +161,19 @@ def apply_batch(
             )
         tables = db.tables()
         skip = {t: db.table_tick(t) for t in tables}
-        rows = write_rows(db, cur, rows_by_table(db, reduced, tables, skip))
+        reflected = db.reflected()
+        shown = {t: ids for t, (_, ids) in reflected.items()}
+        rows = write_rows(db, cur, rows_by_table(db, reduced, tables, skip, shown))
+        for table, (upto, _) in reflected.items():
+            if upto <= end:  # every event the copy showed has come by: nothing left to skip
+                db.set_reflected(cur, table, 0, ())
         for table, state in tables.items():
-            if state == "catching-up" and skip[table] <= end:
-                db.set_table(cur, table, "ok", skip[table])  # past its copy's tick: caught up
+            ahead = reflected.get(table, (0, frozenset()))[0]
+            if state == "catching-up" and max(skip[table], ahead) <= end:
+                # Past its copy's tick and past every event its copy showed: the table now
+                # shows exactly the node's position (a provider's ``ok`` table must, for
+                # the copies its subscribers make: see node_ops.copy_ready).
+                db.set_table(cur, table, "ok", skip[table])
         copied = 0
         if st.role.carries_queue and st.role is not Role.ROOT:
             if events is None:

@@ -9,8 +9,9 @@ applies tables. A **batch** is the events between two consecutive ticks.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import NamedTuple
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 #: Row-change event types. Any other type is a custom event: carried and copied, not applied.
 INSERT, UPDATE, DELETE = "I", "U", "D"
@@ -54,6 +55,26 @@ class Event(NamedTuple):
     data: str | None
     txid: int = 0
     tick: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableCopy:
+    """A provider's table as an initial copy read it, after the provider's tick T was noted.
+
+    The rows are read at T or later, so they may already show some of the table's events after
+    T. ``reflected`` names exactly those (their ids): read in the same snapshot as the rows, or
+    per key range in the snapshot that read that range's rows (see
+    :meth:`baton.cascade.db.NodeDB.read_copy`). The subscriber skips them when they arrive in
+    its batches, so that each row version is written once (invariant 3: a trigger on the
+    subscriber's table sees every change exactly once)."""
+
+    columns: list[str]
+    rows: list[Sequence[Any]]
+    #: Ids of the table's row events after T whose changes the rows already show.
+    reflected: frozenset[int] = field(default_factory=frozenset)
+    #: A provider tick whose batches, up to it, hold every reflected event (0: none). Until the
+    #: subscriber's position reaches it, its copy shows changes its position does not cover yet.
+    upto: int = 0
 
 
 @dataclass(frozen=True, slots=True)

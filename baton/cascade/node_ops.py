@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
-from typing import Any
 
 from baton.cascade.apply import apply_batch, reduce_events, rows_by_table, write_rows
 from baton.cascade.db import NodeDB, open_node_db
-from baton.cascade.model import ROW_TYPES, Event, NodeState, Role
+from baton.cascade.model import ROW_TYPES, Event, NodeState, Role, TableCopy
 from baton.errors import CascadeInputError, Refused
 
 #: A node or set name (the node API's schema uses the same pattern).
@@ -166,15 +165,19 @@ def create_subscriber(
     return st
 
 
-#: Reads a provider table: (location, table) -> (columns, rows). The node's worker passes a
-#: Spark reader (:func:`baton.spark.copy.spark_rows`); the default reads directly.
-RowReader = Callable[[str, str], tuple[list[str], list[Sequence[Any]]]]
+#: Reads a provider table for an initial copy: (location, table, T) -> the rows, read at the
+#: provider's tick T or later, and the ids of the table's events after T that they already show
+#: (a :class:`~baton.cascade.model.TableCopy`). Each row's key must be read in the same snapshot
+#: as the events of that key it names: else an event would be skipped whose change the copy
+#: lacks, or applied twice. The node's worker passes a Spark reader
+#: (:func:`baton.spark.copy.spark_rows`); the default reads directly (:func:`direct_rows`).
+RowReader = Callable[[str, str, int], TableCopy]
 
 
-def direct_rows(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
+def direct_rows(location: str, table: str, tick: int) -> TableCopy:
+    """The :data:`RowReader` that reads the whole table and its events in one snapshot."""
     with open_node_db(location, readonly=True) as db:
-        cols, _ = db.columns(table)
-        return cols, list(db.read_rows(table))
+        return db.read_copy(table, tick)
 
 
 def add_table(location: str, table: str) -> str:
@@ -209,8 +212,10 @@ def add_table(location: str, table: str) -> str:
 
 def copy_ready(location: str, table: str) -> bool:
     """Whether the node at ``location`` can copy ``table`` now: it is ``copying`` here and its
-    provider's own copy is whole (``ok``). A provider still copying or catching up has part of
-    the rows at best, and a subscriber that copied them would stay short for good."""
+    provider's own copy is whole (``ok``). A provider still copying has part of the rows at
+    best, and a subscriber that copied them would stay short for good; one catching up may
+    show changes of events its queue does not hold yet, which the subscriber's copy could not
+    name, and would apply again when they came."""
     with open_node_db(location) as db:
         st = db.state()
         if db.tables().get(table) != "copying" or st.provider is None:
@@ -221,10 +226,16 @@ def copy_ready(location: str, table: str) -> bool:
 
 def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
     """Copy a ``copying`` table from the provider: note the provider's tick T, read its rows
-    (at T or later), write them, and catch up from T; events already in the copy are applied
-    again harmlessly (full row images). Resumable: a re-run copies afresh. The new state;
-    ``copying`` still when the provider's own copy of the table is not whole yet (see
-    :func:`copy_ready`): nothing is copied then, and the caller tries again later."""
+    (at T or later) with the ids of the events after T they already show (see
+    :data:`RowReader`), write them, and catch up from T. Each event is applied exactly once:
+    those the copy shows are skipped, by the catch-up here and by later batches (the ids are
+    stored with the rows, in the same transaction, until the node's position passes them: see
+    :meth:`~baton.cascade.db.NodeDB.reflected`); applying one again would write its row version
+    twice, which a trigger on the table (an audit table) would see. The table is ``ok`` once
+    the node's position covers T and those events, ``catching-up`` until then. Resumable: a
+    re-run copies afresh. The new state; ``copying`` still when the provider's own copy of the
+    table is not whole yet (see :func:`copy_ready`): nothing is copied then, and the caller
+    tries again later."""
     with open_node_db(location) as db:
         st = db.state()
         if db.tables().get(table) != "copying":
@@ -238,25 +249,33 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
             pst = prov.state()
             base = prov.last_tick() if pst.role is Role.ROOT else prov.get_tick(pst.position)
             tick = base.tick_id if base else 0
-            pcols, rows = read(prov.location, table)
+            copy = read(prov.location, table, tick)
             with db.transaction() as cur:
                 old = db.read_rows(table)  # a re-run starts the copy afresh
                 db.delete_keys(cur, table, pk, [[r[cols.index(c)] for c in pk] for r in old])
-                db.upsert(cur, table, pcols, rows)
+                db.upsert(cur, table, copy.columns, copy.rows)
                 position = db.state().position
                 if position > tick:
-                    # The subscriber moved past T meanwhile: replay (T, position] for this table.
+                    # The subscriber moved past T meanwhile: replay (T, position] for this
+                    # table, but for the events the copy already shows.
                     events = [e for e in prov.batch_events(tick, position) if e.table == table]
-                    _apply_table_events(db, cur, table, events)
-                state = "catching-up" if position < tick else "ok"
+                    _apply_table_events(db, cur, table, events, copy.reflected)
+                # Later batches skip the rest of them; a re-copy replaces the entry.
+                ahead = copy.upto if position < copy.upto else 0
+                db.set_reflected(cur, table, ahead, copy.reflected if ahead else ())
+                state = "catching-up" if position < max(tick, ahead) else "ok"
                 db.set_table(cur, table, state, tick)
         return state
 
 
-def _apply_table_events(db: NodeDB, cur: object, table: str, events: Iterable[Event]) -> None:
+def _apply_table_events(
+    db: NodeDB, cur: object, table: str, events: Iterable[Event], shown: Collection[int] = ()
+) -> None:
     """Apply ``events`` to ``table`` as a micro-batch is applied: each key's last event
-    (:func:`~baton.cascade.apply.reduce_events`), set-wise."""
-    write_rows(db, cur, rows_by_table(db, reduce_events(events), {table: "ok"}, {}))
+    (:func:`~baton.cascade.apply.reduce_events`), set-wise, but for those whose id is in
+    ``shown`` (the copy already shows them)."""
+    reduced = reduce_events(events)
+    write_rows(db, cur, rows_by_table(db, reduced, {table: "ok"}, {}, {table: shown}))
 
 
 def emit(location: str, type_: str, data: dict[str, object], table: str | None = None,

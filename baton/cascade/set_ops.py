@@ -520,6 +520,8 @@ def _promote(db: NodeDB) -> int:
             if state in ("ok", "catching-up"):
                 db.capture(cur, table, True)
                 db.set_table(cur, table, "ok", 0)
+            # A root applies no batch: nothing of a copy's is left to skip.
+            db.set_reflected(cur, table, 0, ())
         db.set_local(cur, "role", Role.ROOT.value)
         db.set_local(cur, "provider", None)
         db.set_local(cur, "root_since", str(fork))
@@ -743,27 +745,29 @@ def resurrect(c: CascadeSet, old_root: str, out: Path) -> int:
 
 def _rejoin_by_copy(db: NodeDB, root: NodeDB, root_name: str) -> None:
     """Make ``db`` a branch of ``root`` from ``root``'s latest tick T: every replicated table
-    copied (rows read after T was noted, so they are at T or later; the catch-up from T replays
-    later changes over them, full row images), the queue restarted at T."""
+    copied (rows read after T was noted, so they are at T or later, with the events after T
+    they already show, which the catch-up from T skips as after
+    :func:`~baton.cascade.node_ops.copy_table`), the queue restarted at T."""
     base = root.last_tick()
     assert base is not None
     copies = {}
     whole = {t for t, state in root.tables().items() if state == "ok"}
     for table in db.tables():
         if table in whole:  # else copied by the node's worker once the root has it whole
-            cols, _ = root.columns(table)
-            copies[table] = (cols, root.read_rows(table))
+            copies[table] = root.read_copy(table, base.tick_id)
     with db.transaction() as cur:
         db.discard_after(cur, 0)
         db.copy_batch(cur, [], [base])
         db.set_local(cur, "switch_tick", None)
-        for table, (cols, rows) in copies.items():
+        for table, copy in copies.items():
             _, pk = db.columns(table)
             old = db.read_rows(table)
             mine, _ = db.columns(table)
             db.delete_keys(cur, table, pk, [[r[mine.index(k)] for k in pk] for r in old])
-            db.upsert(cur, table, cols, rows)
-            db.set_table(cur, table, "ok", base.tick_id)
+            db.upsert(cur, table, copy.columns, copy.rows)
+            db.set_reflected(cur, table, copy.upto, copy.reflected)
+            # Position T: caught up once past the events the copy shows.
+            db.set_table(cur, table, "catching-up" if copy.reflected else "ok", base.tick_id)
         for table in set(db.tables()) - set(copies):
             db.set_table(cur, table, "copying", 0)
     _demote(db, root_name, base.tick_id)

@@ -1,15 +1,26 @@
 """The initial copy of a table to a new subscriber, as a Spark job.
 
-``spark.read.format("batontable").option("location", L).option("table", T).load()`` reads a
-node's table in parallel partitions (rowid ranges on SQLite; one partition on PostgreSQL), one
-row per record as a JSON array in the table's column order (option ``rowsPerPartition``, rows
-per SQLite partition, counted, not a rowid span). :func:`spark_rows` turns that into
-the row reader :func:`baton.cascade.node_ops.copy_table` takes.
+``spark.read.format("batontable").option("location", L).option("table", T)
+.option("afterTick", N).load()`` reads a node's table for a copy whose provider tick is N, in
+partitions, one row per record as a JSON array in the table's column order. Each partition reads
+its rows in one snapshot of the node database, and so do the ids of the table's events after
+tick N that those rows already show (:meth:`baton.cascade.db.NodeDB.read_copy`): it ends with
+one record that is a JSON object, ``{"reflected": [ids], "upto": tick}``.
+
+Partitions are ranges of the key only when the table's key is a single ``INTEGER PRIMARY KEY``
+of SQLite (the rowid itself, so a key never moves between ranges), of about ``rowsPerPartition``
+rows each (counted, not a rowid span: :func:`row_ranges`), and a range names only the events of
+its own keys: each event is then judged by the snapshot that read its key's row. Any other table
+is read whole in one partition (PostgreSQL; and SQLite tables whose rowid is not the key, where
+a ``REPLACE`` gives a row a new rowid, which could move it between ranges read at different
+moments and lose it or copy it twice). :func:`spark_rows` turns this into the row reader
+:func:`baton.cascade.node_ops.copy_table` takes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from baton.cascade.codec import decode, encode_row
+from baton.cascade.model import TableCopy
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,9 +40,22 @@ ROWS_PER_PARTITION = 200_000
 
 
 class RowRange(InputPartition):
+    """A partition: the keys (rowids) from ``low`` to ``high``, or the whole table (None)."""
+
     def __init__(self, low: int | None, high: int | None) -> None:
         self.low = low
         self.high = high
+
+
+def rowid_key(conn: Any, table: str) -> bool:
+    """Whether ``table``'s primary key is one column that is its rowid (``INTEGER PRIMARY
+    KEY``): SQLite gives every other primary key an index of its own (origin ``pk``), a
+    ``WITHOUT ROWID`` table's too."""
+    from baton.cascade.db import ident
+
+    keys = [r for r in conn.execute(f"PRAGMA table_info({ident(table)})") if r[5]]
+    indexes = conn.execute(f"PRAGMA index_list({ident(table)})").fetchall()
+    return len(keys) == 1 and not any(r[3] == "pk" for r in indexes)
 
 
 def row_ranges(conn: Any, table: str, rows: int) -> list[RowRange]:
@@ -74,14 +99,17 @@ class TableSource(DataSource):
 
 class TableReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
-        self.location = options["location"]
-        self.table = options["table"]
-        self.rows_per_partition = int(options.get("rowsPerPartition", ROWS_PER_PARTITION))
+        # Spark hands the options over with their names in lower case (``rowsPerPartition``
+        # arrives as ``rowsperpartition``): look them up the same way, whoever calls.
+        opts = {k.lower(): v for k, v in options.items()}
+        self.location = opts["location"]
+        self.table = opts["table"]
+        self.after_tick = int(opts.get("aftertick", "0"))
+        self.rows_per_partition = int(opts.get("rowsperpartition", ROWS_PER_PARTITION))
 
     def partitions(self) -> Sequence[InputPartition]:
         if not self.location.startswith("sqlite:"):
             return [RowRange(None, None)]
-        import sqlite3
 
         from baton.cascade.db.sqlite import connect_readonly
         from baton.store import sqlite_path
@@ -89,45 +117,33 @@ class TableReader(DataSourceReader):
         # Any spelling, as the store; read-only: the provider is another node.
         conn = connect_readonly(Path(sqlite_path(self.location)))
         try:
+            if not rowid_key(conn, self.table):
+                return [RowRange(None, None)]  # see the module docstring
             return row_ranges(conn, self.table, self.rows_per_partition)
-        except sqlite3.OperationalError:  # a WITHOUT ROWID table: read it whole
-            return [RowRange(None, None)]
         finally:
             conn.close()
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
         assert isinstance(partition, RowRange)
-        if partition.low is None:
-            from baton.cascade.db import open_node_db
+        from baton.cascade.db import open_node_db
 
-            with open_node_db(self.location, readonly=True) as db:
-                for row in db.read_rows(self.table):
-                    yield (encode_row(row),)
-            return
-
-        from baton.cascade.db import ident
-        from baton.cascade.db.sqlite import connect_readonly
-        from baton.store import sqlite_path
-
-        # Any spelling, as the store; read-only: the provider is another node.
-        conn = connect_readonly(Path(sqlite_path(self.location)))
-        try:
-            rows = conn.execute(
-                f"SELECT * FROM {ident(self.table)} WHERE rowid BETWEEN ? AND ?",
-                (partition.low, partition.high),
-            )
-            for row in rows:
-                yield (encode_row(row),)
-        finally:
-            conn.close()
+        low, high = partition.low, partition.high
+        key_range = None if low is None or high is None else (low, high)
+        with open_node_db(self.location, readonly=True) as db:
+            copy = db.read_copy(self.table, self.after_tick, key_range)
+        for row in copy.rows:
+            yield (encode_row(row),)
+        marker = {"reflected": sorted(copy.reflected), "upto": copy.upto}
+        yield (json.dumps(marker),)
 
 
 def spark_rows(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITION) -> RowReader:
     """A row reader for :func:`baton.cascade.node_ops.copy_table` that reads with Spark, in
-    partitions of about ``rows_per_partition`` rows on SQLite."""
+    partitions of about ``rows_per_partition`` rows on SQLite; an event is reflected when the
+    partition that read its key says so (see the module docstring)."""
     spark.dataSource.register(TableSource)
 
-    def read(location: str, table: str) -> tuple[list[str], list[Sequence[Any]]]:
+    def read(location: str, table: str, tick: int) -> TableCopy:
         from baton.cascade.db import open_node_db
 
         with open_node_db(location, readonly=True) as db:
@@ -137,10 +153,26 @@ def spark_rows(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITION
             spark.read.format("batontable")
             .option("location", location)
             .option("table", table)
+            .option("afterTick", str(tick))
             .option("rowsPerPartition", str(rows_per_partition))
             .load()
         )
-        rows = [decode(r, exact) for r in df.toArrow().column("row").to_pylist()]
-        return cols, rows
+        return table_copy(cols, df.toArrow().column("row").to_pylist(), exact)
 
     return read
+
+
+def table_copy(columns: list[str], records: Iterable[str], exact: bool = False) -> TableCopy:
+    """The copy the source's records (of every partition, in any order) make: their rows, and
+    the events the partitions say their rows show (each names only its own keys' events)."""
+    rows: list[Sequence[Any]] = []
+    reflected: set[int] = set()
+    upto = 0
+    for text in records:
+        if text.startswith("{"):  # a partition's last record (a row is a JSON array)
+            marker = json.loads(text)
+            reflected.update(marker["reflected"])
+            upto = max(upto, int(marker["upto"]))
+        else:
+            rows.append(decode(text, exact))
+    return TableCopy(columns, rows, frozenset(reflected), upto)

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from baton.cascade.db import open_node_db
 from baton.spark.copy import TableReader, row_ranges
 
 if TYPE_CHECKING:
@@ -38,8 +39,11 @@ def test_sparse_keys_copy_whole(tmp_path: Path, spark: SparkSession) -> None:
     from baton.spark.copy import spark_rows
 
     location = table(tmp_path / "n.db")
+    with open_node_db(location) as db:
+        db.install()  # each partition also reads the node's events (none here)
     reader = TableReader({"location": location, "table": "items", "rowsPerPartition": "4"})
     assert len(reader.partitions()) == 3
-    cols, rows = spark_rows(spark, rows_per_partition=4)(location, "items")
-    assert cols == ["id", "n"]
-    assert sorted(tuple(r) for r in rows) == [(k, k % 7) for k in KEYS]
+    copy = spark_rows(spark, rows_per_partition=4)(location, "items", 0)
+    assert copy.columns == ["id", "n"]
+    assert sorted(tuple(r) for r in copy.rows) == [(k, k % 7) for k in KEYS]
+    assert (copy.reflected, copy.upto) == (frozenset(), 0)

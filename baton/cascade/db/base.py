@@ -10,7 +10,8 @@ Tables (all prefixed ``baton_`` so they never collide with replicated ones):
 ``baton_event``      ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data, ev_tick
 ``baton_tick``       tick_id, ev_high, snapshot, tick_time
 ``baton_node``       name, location, dead: the set's members (the only duplicated data)
-``baton_local``      key/value: this node's name, set, role, provider, position, epoch, ...
+``baton_local``      key/value: this node's name, set, role, provider, position, epoch, ...;
+                     ``reflected.<table>``: the events a table's copy already shows
 ``baton_subscriber`` name, watermark, updated: subscribers of this node's queue
 ``baton_table``      name, state, key columns: the tables this node replicates
 """
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from baton.cascade.model import Event, NodeState, Role, Tick
+from baton.cascade.codec import decode
+from baton.cascade.model import Event, NodeState, Role, TableCopy, Tick
 from baton.errors import (
     CascadeInputError,
     NotANode,
@@ -63,6 +66,12 @@ class NodeDB(abc.ABC):
     @abc.abstractmethod
     def transaction(self) -> contextlib.AbstractContextManager[Any]:
         """A write transaction (serialised with other writers); yields a cursor."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> contextlib.AbstractContextManager[None]:
+        """A read-only transaction: every read of this instance inside sees the database as of
+        one moment (SQLite: one read transaction; PostgreSQL: REPEATABLE READ). Not for
+        :meth:`batch_events` and :meth:`events_after`, which may read on another connection."""
 
     # The bookkeeping below is the same SQL on every backend but for the parameter mark and the
     # clock.
@@ -183,6 +192,12 @@ class NodeDB(abc.ABC):
         """Every event not in a batch up to ``tick_id``: in later batches or not ticked yet."""
 
     @abc.abstractmethod
+    def _row_events_after(self, table: str, tick_id: int) -> list[tuple[int, str | None, Any]]:
+        """(id, key, tick) of ``table``'s row events among :meth:`events_after` ``tick_id``,
+        read on this instance's connection (so inside :meth:`snapshot` when called there); the
+        tick is None for an event captured here (a root's)."""
+
+    @abc.abstractmethod
     def discard_after(self, cur: Any, tick_id: int) -> None:
         """Delete the ticks after ``tick_id`` and every event :meth:`events_after` returns."""
 
@@ -229,8 +244,11 @@ class NodeDB(abc.ABC):
         return {name: state for name, state in rows}
 
     def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
+        """Set ``table``'s state and copy tick; state None: no longer replicated (its
+        :meth:`reflected` entry goes with it)."""
         if state is None:
             cur.execute(self._sql("DELETE FROM baton_table WHERE name = ?"), (table,))
+            self.set_reflected(cur, table, 0, ())
         else:
             cur.execute(
                 self._sql(
@@ -243,6 +261,67 @@ class NodeDB(abc.ABC):
     def table_tick(self, table: str) -> int:
         row = self._one(self._sql("SELECT tick FROM baton_table WHERE name = ?"), (table,))
         return 0 if row is None else int(row[0])
+
+    # A table's copy can show events after its copy tick T (the rows are read at T or later).
+    # Their ids are kept in baton_local (one key per table: a node database is recognised by
+    # its tables, and existing ones keep working) until the node's position passes them.
+    _REFLECTED = "reflected."
+
+    def reflected(self) -> dict[str, tuple[int, frozenset[int]]]:
+        """Table -> (upto, ids) for each table whose copy shows events after its copy tick that
+        the node has not reached yet: the ids of those events, and the provider tick up to
+        which they may still arrive in a batch (see :class:`~baton.cascade.model.TableCopy`).
+        Applying a batch skips them (:func:`baton.cascade.apply.rows_by_table`)."""
+        rows = self._rows(
+            self._sql("SELECT key, value FROM baton_local WHERE key LIKE ?"),
+            (self._REFLECTED + "%",),
+        )
+        out: dict[str, tuple[int, frozenset[int]]] = {}
+        for key, value in rows:
+            entry = json.loads(value)
+            out[key.removeprefix(self._REFLECTED)] = (int(entry["upto"]), frozenset(entry["ids"]))
+        return out
+
+    def set_reflected(self, cur: Any, table: str, upto: int, ids: Collection[int]) -> None:
+        """Store (or, with no ids, drop) ``table``'s entry of :meth:`reflected`."""
+        value = json.dumps({"upto": upto, "ids": sorted(ids)}) if ids else None
+        self.set_local(cur, self._REFLECTED + table, value)
+
+    def read_copy(
+        self, table: str, tick_id: int, key_range: tuple[int, int] | None = None
+    ) -> TableCopy:
+        """``table``'s rows for an initial copy whose provider tick is ``tick_id`` (T), and the
+        ids of its row events after T that those rows already show, read in one snapshot.
+
+        Those are exactly the events after T the snapshot sees: a root captures an event in
+        the transaction of its row change, and a branch copies a batch's events in the
+        transaction that applies its rows. ``key_range`` (low, high): only the rows whose
+        single integer key is in it, and only the events of keys in it (the Spark source reads
+        a table in such ranges, each in its own snapshot)."""
+        with self.snapshot():
+            cols, pk = self.columns(table)
+            rows = self.read_rows(table, key_range)
+            events = self._row_events_after(table, tick_id)
+            last = self.last_tick()
+        ids: set[int] = set()
+        upto = 0
+        for ev_id, key, tick in events:
+            if key_range is not None:
+                try:
+                    value = decode(key or "null")
+                except ValueError:
+                    continue  # no key of this table: never in any range (nor applied)
+                value = value.get(pk[0]) if isinstance(value, dict) else None
+                if type(value) is not int or not key_range[0] <= value <= key_range[1]:
+                    continue
+            ids.add(ev_id)
+            # Captured here (no tick): in a batch up to the second tick after the last one
+            # this snapshot saw. On SQLite the next tick covers it; on PostgreSQL the next one
+            # may have taken its snapshot before this one, but the one after it is made once
+            # that one committed, after this snapshot, so it sees every event this one saw.
+            # (Perhaps a tick later than needed: the table only stays catching-up longer.)
+            upto = max(upto, int(tick) if tick is not None else (last.tick_id if last else 0) + 2)
+        return TableCopy(cols, list(rows), frozenset(ids), upto)
 
     @abc.abstractmethod
     def capture(self, cur: Any, table: str, on: bool) -> None:
@@ -267,8 +346,11 @@ class NodeDB(abc.ABC):
         """The rows of ``table`` with these keys (all columns; missing keys are left out)."""
 
     @abc.abstractmethod
-    def read_rows(self, table: str) -> list[tuple[Any, ...]]:
-        """Every row of ``table``, ordered by primary key (for copy and compare)."""
+    def read_rows(
+        self, table: str, key_range: tuple[int, int] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Every row of ``table``, ordered by primary key (for copy and compare); with
+        ``key_range`` (low, high), only those whose key (a single integer column) is in it."""
 
 
 __all__ = ["NodeDB", "ident"]

@@ -66,7 +66,7 @@ from psycopg.rows import TupleRow
 from baton.cascade.codec import ExactNumber
 from baton.cascade.db.base import NodeDB, ident
 from baton.cascade.db.sqlite import TABLES
-from baton.cascade.model import Event, Tick
+from baton.cascade.model import ROW_TYPES, Event, Tick
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -459,6 +459,14 @@ class PostgresNodeDB(NodeDB):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
             yield cur
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """A REPEATABLE READ, READ ONLY transaction on the main connection: every read of it
+        (not the streams of :meth:`_stream`, on their own connection) sees one snapshot."""
+        with self._translated("cannot read from"), self.conn.transaction():
+            self.conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield
+
     def _rows(self, query: _Query, args: Sequence[Any] = ()) -> list[Any]:
         try:
             return self.conn.execute(query, args).fetchall()
@@ -666,6 +674,14 @@ class PostgresNodeDB(NodeDB):
         for e in self._stream(where, [tick_id, *args]):
             yield Event(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
 
+    def _row_events_after(self, table: str, tick_id: int) -> list[tuple[int, str | None, Any]]:
+        cond, args = _after(self._tick_row(tick_id))
+        where = sql.SQL(
+            "ev_table = %s AND ev_type = ANY(%s) AND (ev_tick > %s OR (ev_tick IS NULL AND {}))"
+        ).format(cond)
+        query = sql.SQL("SELECT ev_id, ev_key, ev_tick FROM baton_event WHERE {}").format(where)
+        return self._rows(query, [table, sorted(ROW_TYPES), tick_id, *args])
+
     def discard_after(self, cur: Any, tick_id: int) -> None:
         """Delete the later ticks and the events :meth:`events_after` returns. Captured events
         of transactions still open are not seen, so not deleted: stop capture first."""
@@ -832,8 +848,16 @@ class PostgresNodeDB(NodeDB):
         )
         return [tuple(r) for r in rows]
 
-    def read_rows(self, table: str) -> list[tuple[Any, ...]]:
+    def read_rows(
+        self, table: str, key_range: tuple[int, int] | None = None
+    ) -> list[tuple[Any, ...]]:
         cols, pk = self.columns(table)
         order = sql.SQL(", ").join(_name(c) for c in pk or cols)
-        rows = self._rows(sql.SQL("SELECT * FROM {} ORDER BY {}").format(_name(table), order))
+        if key_range is None:
+            query = sql.SQL("SELECT * FROM {} ORDER BY {}").format(_name(table), order)
+        else:
+            query = sql.SQL("SELECT * FROM {} WHERE {} BETWEEN %s AND %s ORDER BY {}").format(
+                _name(table), _name(pk[0]), order
+            )
+        rows = self._rows(query, key_range or ())
         return [tuple(r) for r in rows]

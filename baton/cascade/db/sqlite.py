@@ -18,7 +18,7 @@ from typing import Any
 
 from baton.cascade.codec import sqlite_value_sql
 from baton.cascade.db.base import NodeDB, ident
-from baton.cascade.model import Event, Tick
+from baton.cascade.model import ROW_TYPES, Event, Tick
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -164,6 +164,18 @@ class SQLiteNodeDB(NodeDB):
             with contextlib.suppress(sqlite3.Error):
                 cur.execute("ROLLBACK")
             raise _failure(f"{self.location}: cannot commit", exc) from exc
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        # A deferred transaction: its reads share the snapshot its first read takes (in WAL
+        # mode writers go on meanwhile), and it never takes the write lock.
+        with self._translated("cannot read"):
+            self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):  # nothing written: nothing to lose
+                self.conn.execute("COMMIT")
 
     def _rows(self, query: Any, args: Sequence[Any] = ()) -> list[Any]:
         try:
@@ -312,6 +324,14 @@ class SQLiteNodeDB(NodeDB):
             for r in rows:
                 yield Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7])
 
+    def _row_events_after(self, table: str, tick_id: int) -> list[tuple[int, str | None, Any]]:
+        where, args = self._after_clause(tick_id)
+        return self._rows(
+            "SELECT ev_id, ev_key, ev_tick FROM baton_event "
+            f"WHERE ev_table = ? AND ev_type IN (?, ?, ?) AND ({where})",
+            (table, *sorted(ROW_TYPES), *args),
+        )
+
     def discard_after(self, cur: Any, tick_id: int) -> None:
         where, args = self._after_clause(tick_id)
         cur.execute(f"DELETE FROM baton_event WHERE {where}", args)
@@ -414,7 +434,14 @@ class SQLiteNodeDB(NodeDB):
             out.extend(self._rows(f"SELECT * FROM {ident(table)} WHERE {where}", key))
         return out
 
-    def read_rows(self, table: str) -> list[tuple[Any, ...]]:
+    def read_rows(
+        self, table: str, key_range: tuple[int, int] | None = None
+    ) -> list[tuple[Any, ...]]:
         cols, pk = self.columns(table)
         order = ", ".join(ident(c) for c in pk or cols)
-        return self._rows(f"SELECT * FROM {ident(table)} ORDER BY {order}")
+        if key_range is None:
+            return self._rows(f"SELECT * FROM {ident(table)} ORDER BY {order}")
+        return self._rows(
+            f"SELECT * FROM {ident(table)} WHERE {ident(pk[0])} BETWEEN ? AND ? ORDER BY {order}",
+            key_range,
+        )
