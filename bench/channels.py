@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,8 @@ from baton.testing.cluster import LocalCluster
 from baton.testing.waiting import await_for, wait_for
 from bench.common import Summary, loadavg, temp_dir
 
-TTL = 2.0
+#: The nodes' lease ttl (the forward timeout is ttl/4 up to 1 s).
+TTL = 5.0
 NODES = 3
 #: (subscribers, publications per second) of the full and the quick run.
 FULL: tuple[tuple[int, int], ...] = ((1000, 100), (10_000, 100))
@@ -125,6 +127,13 @@ class Receiver:
         self.connected = asyncio.Event()
         self.epochs: list[tuple[int, float]] = []  # (epoch, first receive time)
         self.ws: ClientConnection | None = None
+        self.retries: set[asyncio.Future[None]] = set()
+
+    async def _again(self, request: str) -> None:
+        await asyncio.sleep(0.2)
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                await self.ws.send(request)
 
     async def run(self) -> None:
         try:
@@ -147,6 +156,14 @@ class Receiver:
         kind = frame["type"]
         if kind == "subscribed":
             self.connected.set()
+            return
+        if kind == "unsubscribed" and frame.get("code") == 4503 and self.ws is not None:
+            # The leader did not answer in time (a subscribe burst): ask again, as the
+            # Client does.
+            request = json.dumps({"type": "subscribe", "channel": self.channel})
+            task = asyncio.ensure_future(self._again(request))
+            self.retries.add(task)
+            task.add_done_callback(self.retries.discard)
             return
         if kind != "pub":
             return
@@ -279,6 +296,8 @@ def channels_bench(
     out: dict[str, Any] = {"fanout": [], "failover": None, "ttl": TTL, "window": window}
     with temp_dir("channels") as tmp, LocalCluster(NODES, None, tmp, ttl=TTL) as c:
         wait_for(lambda: list(c.states().values()) == ["live"] * NODES, timeout=60)
+        # Live in the store is not serving yet: wait for every node's API.
+        wait_for(lambda: all(n.status() for n in c.nodes.values()), timeout=60)
         for subscribers, rate in sizes:
             for mode in ("baton", "baseline"):
                 say(f"channels: {mode}, {subscribers} subscribers, {rate}/s")
@@ -286,6 +305,7 @@ def channels_bench(
                     r = asyncio.run(_fanout(c, mode, subscribers, rate, window))
                 except Exception as exc:
                     say(f"channels: {mode} {subscribers} failed: {type(exc).__name__}: {exc}")
+                    traceback.print_exc()
                     continue
                 say(f"  {r}")
                 out["fanout"].append(r.__dict__ | {"latency": _summary(r.latency)})

@@ -208,6 +208,7 @@ class ChannelHub:
         self._listen_host = listen_host
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._surveys: dict[tuple[str, User, int], asyncio.Future[dict[str, Any]]] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -441,6 +442,22 @@ class ChannelHub:
     ) -> dict[str, Any]:
         if stream.role == "leader":
             return await self.survey(stream.name, user, epoch)
+        if since is not None:
+            return await self._forwarded(stream, user, epoch, since)
+        # One survey in flight per channel, user and epoch: a burst of subscribers at this node
+        # (a reconnect wave, a new epoch) costs the leader one request, and they get the same
+        # data, as they would have a moment apart.
+        key = (stream.name, user, epoch)
+        shared = self._surveys.get(key)
+        if shared is None:
+            shared = asyncio.ensure_future(self._forwarded(stream, user, epoch, None))
+            self._surveys[key] = shared
+            shared.add_done_callback(lambda _: self._surveys.pop(key, None))
+        return await asyncio.shield(shared)
+
+    async def _forwarded(
+        self, stream: _Stream, user: User, epoch: int, since: int | None
+    ) -> dict[str, Any]:
         assert stream.leader is not None
         try:
             answer = await self._forward(stream.leader, stream.name, user, epoch, since)
