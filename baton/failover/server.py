@@ -285,7 +285,12 @@ class ConfigurationServer:
                 return cid, f"not reached: {logs.describe(exc)}"
             if res.status_code != 200:
                 return cid, f"answered {res.status_code}"
-            data = res.json()
+            try:
+                data = res.json()
+            except ValueError:
+                data = None
+            if not isinstance(data, dict):
+                return cid, "answered something that is not a client's state"
             if data.get("client") != cid:
                 return cid, f"answered as client {data.get('client')!r}"
             return cid, data
@@ -628,13 +633,17 @@ class ConfigurationServer:
         }
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Check, switch and reconfigure until ``stop`` is set."""
-        await self.discover()
+        """Check, switch and reconfigure until ``stop`` is set (the first check discovers the
+        current master)."""
         while not stop.is_set():
             try:
                 await self.tick()
-            except (RedisError, OSError, httpx.HTTPError) as exc:
+            except (RedisError, OSError, httpx.HTTPError, ConfigError) as exc:
                 log.warning("check failed", extra={"error": logs.describe(exc)})
+            except Exception as exc:
+                # A bug must not stop the role that keeps the clients' files current: say what
+                # failed (one line) and check again.
+                log.error("check failed unexpectedly", extra={"error": logs.describe(exc)})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.config.check_interval)
 
