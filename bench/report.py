@@ -48,6 +48,8 @@ class Results:
     londiste: dict[str, Any] | None = None
     #: bench.channels.channels_bench output (JSON-able).
     channels: dict[str, Any] | None = None
+    #: bench.store_failover.store_failover_bench output (JSON-able).
+    store_failover: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -828,6 +830,10 @@ def document(res: Results) -> str:
 
         plot = res.channels.get("plot")
         lines += [*channels_section(res.channels, Path(plot).name if plot else None), ""]
+    if res.store_failover:
+        from bench.store_failover import section as store_failover_section
+
+        lines += store_failover_section(res.store_failover)
     lines += [
         "## Notes",
         "",

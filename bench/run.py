@@ -19,6 +19,10 @@ Benchmarks (each starts its own servers in a temp dir and stops them, except ``p
               1k and 10k WebSocket subscribers at 100 publications/s, against every node
               running its own upstream; the time subscribers on survivors take to receive from
               a new epoch after a SIGKILL of the channel leader (a PNG of latency over time)
+``store-failover``  Redis master failover (issue 14): baton's unanimous switch against Debian's
+              ``redis-sentinel`` (defaults and down-after 1 s), an unplanned kill and a planned
+              switch; time until every client writes to the new master, acknowledged writes
+              lost (PNGs of each client's write stream)
 ``groups``    group leader recovery: SIGKILL a node (not the controller) leading groups among
               5 ``baton node`` agents running 30 replicated objects, until those groups have a
               new leader nominated, leading and serving; on SQLite unless ``--backend`` is given
@@ -50,7 +54,7 @@ from bench.report import Results, console, document
 
 NAMES = (
     "failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups", "cascade",
-    "channels",
+    "channels", "store-failover",
 )  # fmt: skip
 DOC = REPO / "docs" / "benchmarks.md"
 #: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
@@ -142,6 +146,12 @@ def _channels(res: Results, quick: bool) -> None:
     res.channels = channels_bench(quick, say, plot=DOC.parent / "channels-failover.png")
 
 
+def _store_failover(res: Results, quick: bool) -> None:
+    from bench.store_failover import store_failover_bench
+
+    res.store_failover = store_failover_bench(quick, say, plot_dir=DOC.parent)
+
+
 def run(
     names: Sequence[str],
     backends: Sequence[str],
@@ -195,6 +205,9 @@ def run(
         jobs.append(
             ("live channels, baton and one upstream per node", partial(_channels, res, quick))
         )
+    if "store-failover" in names:
+        what = "store failover, baton and Redis Sentinel"
+        jobs.append((what, partial(_store_failover, res, quick)))
     for what, job in jobs:
         _attempt(res, what, job)
     res.duration = time.monotonic() - started
