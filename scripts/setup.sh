@@ -16,6 +16,8 @@ command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
   command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+  # The store-failover benchmark's reference: Redis Sentinel.
+  command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
   # The cascade benchmark's references: Londiste 3 + PgQ, and a plain Spark JDBC write.
   command -v londiste >/dev/null 2>&1 || need+=(python3-londiste postgresql-15-londiste-sql)
   command -v pgqd >/dev/null 2>&1 || need+=(pgqd)
@@ -33,6 +35,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
   # Debian starts the packaged servers; baton starts its own on free ports, so stop those.
   (service redis-server stop || true) >/dev/null 2>&1
+  (service redis-sentinel stop || true) >/dev/null 2>&1
   (service postgresql stop || true) >/dev/null 2>&1
 fi
 
