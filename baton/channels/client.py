@@ -173,6 +173,7 @@ class Client:
         reconnect_delay: float = 0.1,
         max_delay: float = 2.0,
         open_timeout: float = 5.0,
+        ping_interval: float = 5.0,
     ) -> None:
         self.urls = [ws_url(u) for u in ([urls] if isinstance(urls, str) else urls)]
         if not self.urls:
@@ -181,6 +182,7 @@ class Client:
         self.reconnect_delay = reconnect_delay
         self.max_delay = max_delay
         self.open_timeout = open_timeout
+        self.ping_interval = ping_interval
         self.subs: dict[str, Subscription] = {}
         self._ws: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -255,6 +257,11 @@ class Client:
                     url,
                     additional_headers={"authorization": f"Bearer {self._token}"},
                     open_timeout=self.open_timeout,
+                    # A node that hangs (paused, cut off) is noticed within two pings and
+                    # left at once for the next URL.
+                    ping_interval=self.ping_interval,
+                    ping_timeout=self.ping_interval,
+                    close_timeout=1.0,
                     max_size=16 * 1024 * 1024,
                 ) as ws:
                     self._ws, self.url = ws, url

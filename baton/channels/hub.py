@@ -668,8 +668,13 @@ class ChannelHub:
             self.metrics.upstreams.dec()
         if task is not None and task is not asyncio.current_task():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            if was_leader:
+                # The upstream must have stopped before the lease can be given up.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            else:
+                # A relay only reads: no need to wait for its connection to close.
+                await asyncio.wait({task}, timeout=self.timings.forward_timeout)
         if was_leader and notify:
             self._notify_relays(stream, why)
 
@@ -820,6 +825,10 @@ class ChannelHub:
                     f"ws://{address}/v1/channels/ws",
                     additional_headers={"authorization": f"Bearer {self._token}"},
                     open_timeout=self.timings.forward_timeout,
+                    # Leaving a leader that hangs (paused, cut off) must not wait for its
+                    # closing handshake: 10 s by default, during which this node would
+                    # neither lead nor follow the channel's new epoch.
+                    close_timeout=self.timings.forward_timeout,
                     max_size=16 * 1024 * 1024,
                     local_addr=(h, 0) if (h := _local(self._listen_host)) else None,
                 ) as ws:
