@@ -15,6 +15,7 @@ does; see :func:`frames`)::
     {"type": "pub", "channel": C, "epoch": E, "offset": O, "data": ..., "ts": unix time}
     {"type": "gap", "channel": C, "epoch": E, "offset": O, "reason": "..."}
     {"type": "unsubscribed", "channel": C, "code": N, "reason": "..."}
+    {"type": "refused", "channel": C, "code": N, "reason": "..."}   a publish was refused
 
 ``subscribed`` may come again for a channel at any time, with a higher epoch: the channel's
 leader changed, so start over from its ``data`` (publications continue after its ``offset``).

@@ -161,7 +161,9 @@ async def serve(ws: WebSocket, hub: ChannelHub) -> None:
                 try:
                     await hub.publish(frame.channel, user, frame.data)
                 except ChannelError as exc:
-                    conn.send(_unsub(frame.channel, exc.code, exc.reason))
+                    # A refused publication says so, and leaves any subscription alone.
+                    refused = {"type": "refused", "channel": frame.channel, "code": exc.code}
+                    conn.send(dumps({**refused, "reason": " ".join(exc.reason.split())}))
         if conn.closing is not None and not writer.done():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer, 5)

@@ -201,8 +201,8 @@ def test_node_survives_any_frames(node: tuple[LocalCluster, Subscriber], frames:
         assert closed in ALLOWED_CLOSES, (frames, closed, reason)
         assert reason and "\n" not in reason
     for frame in got:
-        assert frame["type"] in ("subscribed", "pub", "unsubscribed", "gap"), frame
-        if frame["type"] == "unsubscribed":
+        assert frame["type"] in ("subscribed", "pub", "unsubscribed", "gap", "refused"), frame
+        if frame["type"] in ("unsubscribed", "refused"):
             assert frame["code"] in ALLOWED_UNSUBS, (frames, frame)
             assert frame["reason"] and "\n" not in frame["reason"]
     assert healthy.error is None and not healthy.finished.is_set()
@@ -261,3 +261,27 @@ def test_cli_subscribe_and_channels(node: tuple[LocalCluster, Subscriber]) -> No
     )  # fmt: skip
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
     assert "refuses subscribers" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_refused_publication_leaves_the_subscription(node: tuple[LocalCluster, Subscriber]) -> None:
+    c, _ = node
+
+    async def go() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        headers = {"authorization": f"Bearer {c.token}"}
+        async with connect(ws_url(c.node("n0").url), additional_headers=headers) as ws:
+            await ws.send(sub(HEALTHY))
+            await ws.send(json.dumps({"type": "publish", "channel": HEALTHY, "data": {"x": 1}}))
+            refused = None
+            after: list[dict[str, Any]] = []
+            while refused is None or len(after) < 3:
+                for frame in frames(await asyncio.wait_for(ws.recv(), 10)):
+                    if frame["type"] == "refused":
+                        refused = frame
+                    elif refused is not None and frame["type"] == "pub":
+                        after.append(frame)
+                    assert frame["type"] != "unsubscribed", frame
+            return refused, after
+
+    refused, after = asyncio.run(go())
+    assert refused["code"] == 4403 and "does not take publications" in refused["reason"]
+    assert after
