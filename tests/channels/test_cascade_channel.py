@@ -1,6 +1,7 @@
 """``cascade:<node>/<table>`` on a real node process with a Redis store: a subscriber sees the
-row changes of a replicated table as the root captures and ticks them, read from the node
-database (no Spark); a table the node does not replicate is refused."""
+row changes of a replicated table as the root captures and ticks them, and as a leaf applies
+them (read from its provider's queue, since a leaf keeps none), read from the node databases
+(no Spark); a table the node does not replicate is refused."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from baton.cascade import commands
+from baton.cascade import commands, node_ops
+from baton.cascade.apply import apply_batch, reduce_events
 from baton.cascade.db import open_node_db
+from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, tick_once
 from baton.errors import ChannelRefused
 from baton.testing.channels import Subscriber
@@ -29,17 +32,28 @@ def test_cascade_channel_streams_the_root_changes(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
     loc = f"sqlite://{tmp_path / 's1.db'}"
+    leaf = f"sqlite://{tmp_path / 's3.db'}"
     create_accounts(tmp_path / "s1.db")
+    create_accounts(tmp_path / "s3.db")
     commands.create_root("s1", loc, "S")
     commands.add_table(loc, "accounts", "s1")
-    settings = {"settings": {"cascade": {"nodes": {"s1": loc}}}}
+    # A leaf keeps no queue: its channel reads the batches it applied from its provider.
+    commands.create_subscriber(Role.LEAF, "s3", leaf, "s1", loc)
+    commands.add_table(loc, "accounts", "s3")
+    node_ops.copy_table(leaf, "accounts")  # the copy without Spark (direct rows)
+    settings = {"settings": {"cascade": {"nodes": {"s1": loc, "s3": leaf}}}}
     store = f"{redis_server.url}?namespace=t{uuid.uuid4().hex[:10]}"
     with LocalCluster(
         1, store, tmp_path / "c", ttl=2, env={"BATON_CHANNELS": json.dumps(settings)}
     ) as c:
         wait_for(lambda: c.states() == {"n0": "live"}, timeout=30)
         url = c.node("n0").url
-        with Subscriber([url], c.token, "cascade:s1/accounts") as sub:
+        with (
+            Subscriber([url], c.token, "cascade:s1/accounts") as sub,
+            Subscriber([url], c.token, "cascade:s3/accounts") as at_leaf,
+        ):
+            wait_for(lambda: at_leaf.kinds("subscribed"), what="the leaf's initial data")
+            assert at_leaf.kinds("subscribed")[0].data["role"] == "leaf"
             first = wait_for(lambda: sub.kinds("subscribed"), what="the initial data")[0]
             assert first.data["node"] == "s1" and first.data["role"] == "root"
             assert first.data["key"] == ["id"] and "balance" in first.data["columns"]
@@ -59,6 +73,18 @@ def test_cascade_channel_streams_the_root_changes(
             ]  # fmt: skip
             assert changes[2]["data"]["balance"] == 11
             assert pubs[0].data["tick"] >= 1
+            # Nothing at the leaf until it applies the batch (what its worker does, here with
+            # the library's apply step instead of Spark).
+            assert not at_leaf.pubs()
+            with open_node_db(loc, readonly=True) as root, open_node_db(leaf) as db:
+                position, last = db.state().position, root.last_tick()
+                assert last is not None
+                ticks = root.ticks(position, last.tick_id)
+                events = list(root.batch_events(position, last.tick_id))
+                apply_batch(db, ticks, reduce_events(events), None, 1, provider="s1")
+            applied = wait_for(at_leaf.pubs, what="the leaf's applied changes")
+            ops = [(ch["op"], ch["key"]) for m in applied for ch in m.data["changes"]]
+            assert ops == [(ch["op"], ch["key"]) for ch in changes]
         with Subscriber([url], c.token, "cascade:s1/nothing") as refused:
             assert refused.finished.wait(10)
             assert isinstance(refused.error, ChannelRefused)
