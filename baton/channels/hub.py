@@ -209,6 +209,8 @@ class ChannelHub:
         self._http: httpx.AsyncClient | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._surveys: dict[tuple[str, User, int], asyncio.Future[dict[str, Any]]] = {}
+        #: Set when this node starts leading a channel (wakes the watchdog).
+        self._leading = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
 
@@ -638,6 +640,7 @@ class ChannelHub:
 
     def _lead(self, stream: _Stream, lease: Lease) -> None:
         stream.role = "leader"
+        self._leading.set()
         stream.ctx = Context(
             self.node, stream.channel, lease.epoch, self.store, self._settings(stream.channel)
         )
@@ -708,6 +711,10 @@ class ChannelHub:
         """Stop every upstream whose lease is past its renew deadline (the keeper only notices
         at its next renewal)."""
         while True:
+            # An idle node (leading no channel) does not wake ten times a second for nothing.
+            self._leading.clear()
+            if not any(s.role == "leader" for s in self.streams.values()):
+                await self._leading.wait()
             await asyncio.sleep(self.timings.watchdog)
             for stream in list(self.streams.values()):
                 ctx = stream.ctx
