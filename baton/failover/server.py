@@ -605,12 +605,19 @@ class ConfigurationServer:
         )
 
     async def _clock_fence(self, new: Address) -> None:
-        """Wait until ``new``'s clock is past the last ``TIME`` read on the old master, so
-        epochs it grants (at least its clock) are above those granted before."""
+        """Wait until ``new``'s clock is past the last ``TIME`` read on the old master plus
+        one check interval and one request timeout (the longest the old master can have
+        granted epochs after that read before a check found it gone), so epochs the new
+        master grants (at least its clock) are above those granted before, even ones it never
+        received. With clocks in step this never waits: a round starts ``retries`` checks
+        later."""
+        fence = self._last_time + self.config.check_interval + self.config.request_timeout
+        if self._last_time == 0.0:
+            fence = 0.0  # never saw the old master answer: nothing to be above
         deadline = time.monotonic() + 30
         while True:
             now = await self.check(new)
-            if now is not None and now > self._last_time:
+            if now is not None and now > fence:
                 return
             if time.monotonic() > deadline:
                 raise FailoverError(
