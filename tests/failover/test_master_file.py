@@ -11,7 +11,7 @@ import redis
 from baton.errors import ConfigError, NoMaster, StoreUnavailable
 from baton.failover import async_master_client, master_client
 from baton.store import open_store
-from baton.store.master_file import Address, write_master
+from baton.store.master_file import Address, read_master, write_master
 from baton.testing import RedisServer, await_for
 from baton.testing.failover import RedisGroup
 
@@ -92,3 +92,19 @@ def test_store_follows_a_switch_and_epochs_keep_growing(tmp_path: Path) -> None:
 
         first, second = asyncio.run(scenario())
         assert second > first
+
+
+def test_a_client_starting_with_a_replica_in_its_file_empties_it(tmp_path: Path) -> None:
+    """Seed 002: on start a client checks that its file still names a master."""
+    from baton.failover.client import ConfigurationClient
+    from baton.failover.config import client_config
+
+    with RedisGroup(tmp_path / "redis", 2) as group:
+        path = tmp_path / "redis-master"
+        cfg = client_config({"client_id": "a", "master_file": str(path), "listen": "127.0.0.1:1"})
+        for named, kept in ((group.addresses[0], True), (group.addresses[1], False)):
+            write_master(path, named)
+            client = ConfigurationClient(cfg)
+            client.load()
+            asyncio.run(client.startup_check())
+            assert (read_master(path) == named) is kept
