@@ -187,7 +187,12 @@ def _status_settings(
 @config_option
 @servers_option
 @clients_option
-@click.option("--server", "server_url", metavar="URL", help="A server's --listen, for its rounds.")
+@click.option(
+    "--server",
+    "server_url",
+    metavar="URL",
+    help="A server's status API (http://its --listen) for its rounds [the config's listen].",
+)
 @token_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status_cmd(
@@ -233,10 +238,12 @@ def status_cmd(
             "clients": clients,
             "server": None,
         }
-        if server_url:
+        # A server's config names where its status is served: no --server needed then.
+        url = server_url or (f"http://{cfg.listen}" if cfg.listen is not None else None)
+        if url:
             try:
                 async with httpx.AsyncClient(timeout=cfg.request_timeout) as http:
-                    res = await http.get(f"{server_url.rstrip('/')}/v1/status")
+                    res = await http.get(f"{url.rstrip('/')}/v1/status")
                 out["server"] = res.json()
             except (httpx.HTTPError, ValueError) as exc:
                 out["server"] = f"not reached: {logs.describe(exc)}"
@@ -274,6 +281,8 @@ def status_cmd(
         click.echo(f"server {srv.get('server')}: master {srv.get('master')}")
         if last_round:
             click.echo(f"  last round {last_round.get('token')}: {last_round.get('outcome')}")
+        else:
+            click.echo("  last round: none since it started")
         for alert in srv.get("alerts") or []:
             click.echo(f"  ALERT: {alert}")
     elif srv is not None:
