@@ -126,8 +126,14 @@ class ConfigurationClient:
         """Seed 002: on start, a client consults its master file and checks that the server it
         names is still a master; one that became a replica is forgotten (the file emptied) and
         the periodic reconfigure names the current one."""
+        if self.state.invalidated_in is not None:
+            # Stopped mid-round: the file must stay empty until that round's reconfigure
+            # (it may have stopped between saving its state and emptying the file).
+            if read_master(self.config.master_file) is not None:
+                write_master(self.config.master_file, None)
+            return
         master = read_master(self.config.master_file)
-        if master is None or self.state.invalidated_in is not None:
+        if master is None:
             return
         role = await role_of(master, self.config.check_timeout, self.config.redis_password)
         if role == "slave":
@@ -146,11 +152,17 @@ class ConfigurationClient:
             raise ConfigError("a message without a round token")
         async with self._lock:
             decision = await self._decide(kind, token, body)
+            # Invariant across crashes: a state that says "invalidated" goes with an empty
+            # file (start-up empties it again). So an invalidation is saved before the file is
+            # emptied, and a reconfigure writes the file before the state forgets the round.
+            save_first = decision.state.invalidated_in is not None
+            if save_first and decision.state != self.state:
+                self._save(decision.state)
             if decision.write:
                 write_master(self.config.master_file, decision.master)
-            if decision.state != self.state:
+            if not save_first and decision.state != self.state:
                 self._save(decision.state)
-                self.state = decision.state
+            self.state = decision.state
         reply = self.describe()
         reply.update(answer=decision.answer.value, reason=decision.reason)
         self.last = {
