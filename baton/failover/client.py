@@ -20,6 +20,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -119,7 +120,11 @@ class ConfigurationClient:
     def _save(self, state: ClientState) -> None:
         path = self.config.state_file
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(state.to_json()))
+        # On disk before the answer that depends on it (a power loss must not forget a round).
+        with tmp.open("w") as f:
+            f.write(json.dumps(state.to_json()))
+            f.flush()
+            os.fsync(f.fileno())
         tmp.replace(path)
 
     async def startup_check(self) -> None:
