@@ -142,6 +142,15 @@ class NodeAgent:
         """This node's SparkSession (one JVM per agent), built on first use from ``[spark]``;
         blocking, so workloads call it from a thread."""
         with self._spark_lock:
+            if self._spark is not None:
+                from baton.spark.session import forget, jvm_alive
+
+                if not jvm_alive(self._spark):
+                    # Killed or out of memory: every workload using it would wait forever on
+                    # a refused connection. A new JVM, and they go on.
+                    log.warning("spark's JVM is gone: starting a new one")
+                    forget(self._spark)
+                    self._spark = None
             if self._spark is None:
                 from baton.spark.session import build_session
 

@@ -16,6 +16,7 @@ policy every runner of a node shares:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -27,6 +28,7 @@ from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import FencedOut
+from baton.spark.session import forget, jvm_alive
 from baton.spark.worker import Worker
 
 if TYPE_CHECKING:
@@ -87,6 +89,15 @@ class NodeService:
                     pull_watermarks(db)
                 publish_watermark(db)
                 return
+        if self._spark is not None and not jvm_alive(self._spark):
+            # The JVM died under the worker: drop both; the factory builds a new session.
+            if self.worker is not None:
+                with contextlib.suppress(Exception):
+                    self.worker.close()
+                self.worker = None
+            if self._spark_factory is None:
+                forget(self._spark)  # the process's shared session: build a new one
+            self._spark = None
         if self.worker is None:
             self.worker = Worker(self.spark(), self.location, self.epoch)
         self.worker.check()

@@ -152,3 +152,34 @@ def activate(session: SparkSession) -> None:
     jsession = getattr(session, "_jsparkSession", None)
     if jvm is not None and jsession is not None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
+
+
+def jvm_alive(session: SparkSession) -> bool:
+    """False once the JVM behind a classic session has died (killed, out of memory): every
+    call on the session then fails with a refused connection, for good. Spark Connect sessions
+    have no local JVM and count as alive (their server is another process's business)."""
+    from pyspark import SparkContext
+
+    gateway = getattr(SparkContext, "_gateway", None)
+    proc = getattr(gateway, "proc", None)
+    if getattr(session, "_jsparkSession", None) is None or proc is None:
+        return True
+    return bool(proc.poll() is None)
+
+
+def forget(session: SparkSession) -> None:
+    """Drop a session whose JVM died, so the next build starts a new JVM: PySpark keeps the
+    dead gateway in class attributes and would hand it to every later session."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession as Session
+
+    with contextlib.suppress(Exception):  # stopping a dead JVM's context fails halfway
+        session.stop()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    Session._instantiatedSession = None
+    Session._activeSession = None
+    with _SHARED_LOCK:
+        if session in _SHARED:
+            _SHARED.remove(session)

@@ -1,0 +1,38 @@
+"""A Spark JVM killed under a node (the fault campaign's kill-jvm, issue 12) left every cascade
+service of that agent waiting forever on a refused connection: PySpark keeps the dead gateway
+for every later session. ``jvm_alive`` sees it gone and ``forget`` lets a new JVM start. Run in
+a process of its own, so the suite's shared session is not the one killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from pyspark import SparkContext
+from baton.spark.session import build_session, forget, jvm_alive
+
+work = Path(sys.argv[1])
+s = build_session(master="local[1]", work_dir=work / "a", quiet=True)
+assert s.range(5).count() == 5 and jvm_alive(s)
+proc = SparkContext._gateway.proc
+os.kill(proc.pid, signal.SIGKILL)
+proc.wait()
+assert not jvm_alive(s)
+forget(s)
+t = build_session(master="local[1]", work_dir=work / "b", quiet=True)
+assert jvm_alive(t) and t.range(7).count() == 7
+t.stop()
+print("ok")
+"""
+
+
+def test_a_killed_jvm_is_seen_and_replaced(tmp_path: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
