@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from baton.demo_cascade import cascade_part
+from baton.demo_channels import channels_part
 from baton.demo_placement import placement_part
 from baton.logs import describe
 from baton.testing.cluster import LocalCluster
@@ -97,7 +98,14 @@ def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]
         def step(what: str, seconds: float, detail: str, ok: bool) -> None:
             steps.append(Step(what, seconds, detail, ok))
 
-        good &= placement_part(console, cluster, second, step)
+        good &= channels_part(console, cluster, step)
+        for node in cluster.nodes:
+            if not cluster.node(node).running:
+                cluster.restart(node)
+        cluster.wait_for(lambda: list(cluster.states().values()) == ["live"] * 3, timeout=30)
+        # The channel's leader may have been the controller: ask again.
+        current, _ = cluster.wait_for(cluster.controller)
+        good &= placement_part(console, cluster, current, step)
     return good
 
 
