@@ -7,33 +7,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 from rich.console import Console
 
-from baton.testing.channels import Subscriber
+from baton.testing.channels import Subscriber, channel_leaders
 from baton.testing.cluster import LocalCluster
 from baton.testing.waiting import wait_for
 
 CHANNEL = "tick:demo,every=0.1"
-
-
-def _leaders(cluster: LocalCluster) -> list[tuple[str, int]]:
-    """(node, epoch) of every running node that runs the channel's upstream."""
-    out = []
-    for node in cluster.nodes.values():
-        if not node.running:
-            continue
-        try:
-            res = node.get("/v1/channels")
-        except httpx.HTTPError:
-            continue
-        if res.status_code == 200:
-            out += [
-                (node.id, row["epoch"])
-                for row in res.json()["channels"]
-                if row["channel"] == CHANNEL and row["role"] == "leader"
-            ]
-    return out
 
 
 def channels_part(
@@ -48,12 +28,14 @@ def channels_part(
     }
     try:
         wait_for(lambda: all(s.pubs() for s in subs.values()), timeout=30, what="publications")
-        ((leader, epoch),) = wait_for(lambda: _leaders(cluster), timeout=10, what="one upstream")
+        ((leader, epoch),) = wait_for(
+            lambda: channel_leaders(cluster, CHANNEL), timeout=10, what="one upstream"
+        )
         step(
             "channel: one upstream for 3 nodes' subscribers",
             time.monotonic() - t0,
             f"{CHANNEL} led by {leader} at epoch {epoch}",
-            len(_leaders(cluster)) == 1,
+            len(channel_leaders(cluster, CHANNEL)) == 1,
         )
         console.print(f"{CHANNEL}: subscribers at every node, upstream on [green]{leader}[/]")
         console.print(f"SIGKILL {leader}...")
@@ -66,7 +48,9 @@ def channels_part(
             what="the survivors' subscribers on a new epoch",
         )
         took = time.monotonic() - killed
-        ((new, new_epoch),) = wait_for(lambda: _leaders(cluster), timeout=10, what="one upstream")
+        ((new, new_epoch),) = wait_for(
+            lambda: channel_leaders(cluster, CHANNEL), timeout=10, what="one upstream"
+        )
         seen = [[(m.epoch, m.offset) for m in subs[n].pubs()] for n in survivors]
         in_order = all(s == sorted(set(s)) for s in seen)
         step(

@@ -12,9 +12,12 @@ import asyncio
 import threading
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Any, Self
 
 from baton.channels.client import Client, Message
+
+if TYPE_CHECKING:
+    from baton.testing.cluster import LocalCluster
 
 
 class Subscriber:
@@ -87,4 +90,31 @@ class Subscriber:
         self.stop()
 
 
-__all__ = ["Subscriber"]
+def channel_views(cluster: LocalCluster) -> dict[str, list[dict[str, Any]]]:
+    """``GET /v1/channels`` of every running node of ``cluster`` that answers."""
+    import httpx
+
+    out = {}
+    for node in cluster.nodes.values():
+        if not node.running:
+            continue
+        try:
+            res = node.get("/v1/channels")
+        except httpx.HTTPError:
+            continue
+        if res.status_code == 200:
+            out[node.id] = res.json()["channels"]
+    return out
+
+
+def channel_leaders(cluster: LocalCluster, channel: str) -> list[tuple[str, int]]:
+    """(node, epoch) of every running node that runs ``channel``'s upstream."""
+    return [
+        (node, row["epoch"])
+        for node, rows in channel_views(cluster).items()
+        for row in rows
+        if row["channel"] == channel and row["role"] == "leader"
+    ]
+
+
+__all__ = ["Subscriber", "channel_leaders", "channel_views"]

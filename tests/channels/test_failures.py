@@ -8,11 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from baton.store import ChangeKind
-from baton.testing.channels import Subscriber
+from baton.testing.channels import Subscriber, channel_leaders, channel_views
 from baton.testing.cluster import LocalCluster
 from baton.testing.waiting import wait_for
 
@@ -20,28 +19,11 @@ pytestmark = pytest.mark.cluster
 
 
 def views(c: LocalCluster) -> dict[str, list[dict[str, Any]]]:
-    """``/v1/channels`` of every running node."""
-    out = {}
-    for node in c.nodes.values():
-        if not node.running:
-            continue
-        try:
-            res = node.get("/v1/channels")
-        except httpx.HTTPError:
-            continue
-        if res.status_code == 200:
-            out[node.id] = res.json()["channels"]
-    return out
+    return channel_views(c)
 
 
 def leaders(c: LocalCluster, channel: str) -> list[tuple[str, int]]:
-    """(node, epoch) of every running node that runs ``channel``'s upstream."""
-    return [
-        (node, row["epoch"])
-        for node, rows in views(c).items()
-        for row in rows
-        if row["channel"] == channel and row["role"] == "leader"
-    ]
+    return channel_leaders(c, channel)
 
 
 @pytest.fixture
