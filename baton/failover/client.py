@@ -52,9 +52,10 @@ from baton.store.master_file import Address, parse_address, read_master, write_m
 log = logging.getLogger("baton.failover.client")
 
 
-async def master_answers(address: Address, timeout: float, password: str | None = None) -> bool:
-    """Whether the Redis server at ``address`` answers ``PING`` within ``timeout`` from here."""
-    client = aioredis.Redis(
+def _probe(address: Address, timeout: float, password: str | None) -> aioredis.Redis:
+    """A one-shot client for a health question: bounded by ``timeout``, never retried (a
+    retry would turn one unanswered probe into several)."""
+    return aioredis.Redis(
         host=address.host,
         port=address.port,
         password=password,
@@ -62,6 +63,11 @@ async def master_answers(address: Address, timeout: float, password: str | None 
         socket_connect_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
     )
+
+
+async def master_answers(address: Address, timeout: float, password: str | None = None) -> bool:
+    """Whether the Redis server at ``address`` answers ``PING`` within ``timeout`` from here."""
+    client = _probe(address, timeout, password)
     try:
         async with asyncio.timeout(timeout):
             return bool(await client.ping())
@@ -74,14 +80,7 @@ async def master_answers(address: Address, timeout: float, password: str | None 
 
 async def role_of(address: Address, timeout: float, password: str | None = None) -> str | None:
     """``master`` or ``slave`` as the server says, None when it does not answer."""
-    client = aioredis.Redis(
-        host=address.host,
-        port=address.port,
-        password=password,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-    )
+    client = _probe(address, timeout, password)
     try:
         async with asyncio.timeout(timeout):
             info = await client.info("replication")
