@@ -31,6 +31,7 @@ from baton.cascade import commands
 from baton.cascade.model import Role
 from baton.chaos.history import History
 from baton.chaos.net import Network
+from baton.testing.processes import java_of
 from baton.testing.waiting import wait_for
 
 #: The libfaketime that shifts one process's clocks (Debian ``faketime``); CLOCK_MONOTONIC too.
@@ -99,38 +100,6 @@ class Service:
             self.popen.wait(15)
         except subprocess.TimeoutExpired:
             self.kill()
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def java_of(pid: int) -> list[int]:
-    """The JVMs (Spark drivers) started under ``pid``."""
-    found = []
-    for child in descendants(pid):
-        try:
-            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
-                found.append(child)
-        except OSError:
-            continue
-    return found
 
 
 class ChaosCluster:

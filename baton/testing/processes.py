@@ -85,3 +85,35 @@ def last_of(log: FencedLog, epoch: int) -> Entry | None:
 
 def now() -> float:
     return time.monotonic()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def java_of(pid: int) -> list[int]:
+    """The JVMs (Spark drivers) started under ``pid``."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if Path(f"/proc/{child}/comm").read_text().strip() == "java":
+                found.append(child)
+        except OSError:
+            continue
+    return found

@@ -15,37 +15,16 @@ from pathlib import Path
 
 from baton.cascade.db import open_node_db
 from baton.testing.cascade import root_and_branch
-from baton.testing.processes import Proc
+from baton.testing.processes import Proc, java_of
 from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
 
 BATON = str(Path(sys.executable).with_name("baton"))
 
 
-def children(pid: int) -> list[int]:
-    """Direct child processes of ``pid`` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid:
-            out.append(int(entry.name))
-    return out
-
-
 def jvm_of(proc: Proc) -> int | None:
-    for child in children(proc.popen.pid):
-        try:
-            if "java" in Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace"):
-                return child
-        except OSError:
-            continue
-    return None
+    found = java_of(proc.popen.pid)
+    return found[0] if found else None
 
 
 def test_worker_and_jvm_killed_mid_stream(tmp_path: Path) -> None:
