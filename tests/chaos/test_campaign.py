@@ -7,20 +7,36 @@ faults."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SEED = 20261125
 
 
+# Two minutes of faults, the cluster's start and the final settle: well past the suite's
+# default per-test limit, and the limit must not cut the campaign short.
+@pytest.mark.timeout(900)
 def test_two_minute_campaign_finds_no_violation(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = subprocess.run(
+    # A session of its own, so that whatever stops this test (a timeout, ^C) stops the
+    # campaign's agents, stores and JVMs with it rather than leaving them to the next test.
+    proc = subprocess.Popen(
         [sys.executable, "-m", "baton.chaos", "--seed", str(SEED), "--duration", "120",
          "--out", str(out)],
-        capture_output=True, text=True, timeout=900, check=False,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
+    try:
+        _, stderr = proc.communicate(timeout=840)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr)
     report = json.loads((out / "report.json").read_text())
     assert res.returncode == 0, (report["violations"], res.stderr[-2000:])
     assert report["ok"] and not report["violations"]
