@@ -89,14 +89,15 @@ class NodeService:
                     pull_watermarks(db)
                 publish_watermark(db)
                 return
-        if self._spark is not None and not jvm_alive(self._spark):
-            # The JVM died under the worker: drop both; the factory builds a new session.
+        if not jvm_alive(self._spark):
+            # The JVM died under the worker, or while its session was being built: drop both;
+            # the next session built starts a new JVM.
             if self.worker is not None:
                 with contextlib.suppress(Exception):
                     self.worker.close()
                 self.worker = None
-            if self._spark_factory is None:
-                forget(self._spark)  # the process's shared session: build a new one
+            if self._spark is not None and self._spark_factory is None:
+                forget(self._spark)  # the process's shared session
             self._spark = None
         if self.worker is None:
             self.worker = Worker(self.spark(), self.location, self.epoch)

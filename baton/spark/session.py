@@ -44,9 +44,15 @@ def build_session(
     quiet: bool = False,
     app_name: str = "baton",
 ) -> SparkSession:
-    """A SparkSession (an existing active one is reused, as Spark does)."""
+    """A SparkSession (an existing active one is reused, as Spark does; a dead one's JVM is
+    replaced by a new one)."""
     from pyspark.sql import SparkSession
 
+    if not remote and not jvm_alive():
+        # The JVM died (killed, out of memory), perhaps while a session was being built, so
+        # that nobody holds a session to notice it by: PySpark would hand out its dead
+        # gateway again, and every call would be refused for good.
+        forget(None)
     # Spark's Python workers must run this interpreter (with baton and pyspark installed), not
     # whatever python3 is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -123,6 +129,8 @@ def shared_session(
     """The process's one SparkSession (one JVM per process, however often leadership comes and
     goes): built by the first call, with its settings, and returned by every later call."""
     with _SHARED_LOCK:
+        if _SHARED and not jvm_alive(_SHARED[0]):
+            _SHARED.clear()  # its JVM died: build_session starts a new one
         if not _SHARED:
             _SHARED.append(
                 build_session(
@@ -154,32 +162,34 @@ def activate(session: SparkSession) -> None:
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(jsession)
 
 
-def jvm_alive(session: SparkSession) -> bool:
-    """False once the JVM behind a classic session has died (killed, out of memory): every
-    call on the session then fails with a refused connection, for good. Spark Connect sessions
+def jvm_alive(session: SparkSession | None = None) -> bool:
+    """False once this process's Spark JVM (the one behind ``session``, or whichever PySpark
+    holds when ``session`` is None) has died (killed, out of memory): every call then fails
+    with a refused connection, for good. True while no JVM was started; Spark Connect sessions
     have no local JVM and count as alive (their server is another process's business)."""
     from pyspark import SparkContext
 
-    gateway = getattr(SparkContext, "_gateway", None)
-    proc = getattr(gateway, "proc", None)
-    if getattr(session, "_jsparkSession", None) is None or proc is None:
+    if session is not None and getattr(session, "_jsparkSession", None) is None:
         return True
-    return bool(proc.poll() is None)
+    proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
+    return proc is None or bool(proc.poll() is None)
 
 
-def forget(session: SparkSession) -> None:
-    """Drop a session whose JVM died, so the next build starts a new JVM: PySpark keeps the
-    dead gateway in class attributes and would hand it to every later session."""
+def forget(session: SparkSession | None) -> None:
+    """Drop a session whose JVM died (or, with None, whatever PySpark still holds of a dead
+    JVM), so the next build starts a new JVM: PySpark keeps the dead gateway in class
+    attributes and would hand it to every later session."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession as Session
 
-    with contextlib.suppress(Exception):  # stopping a dead JVM's context fails halfway
-        session.stop()
+    if session is not None:
+        with contextlib.suppress(Exception):  # stopping a dead JVM's context fails halfway
+            session.stop()
+        with _SHARED_LOCK:
+            if session in _SHARED:
+                _SHARED.remove(session)
     SparkContext._gateway = None
     SparkContext._jvm = None
     SparkContext._active_spark_context = None
     Session._instantiatedSession = None
     Session._activeSession = None
-    with _SHARED_LOCK:
-        if session in _SHARED:
-            _SHARED.remove(session)

@@ -1,6 +1,7 @@
 """A Spark JVM killed under a node (the fault campaign's kill-jvm, issue 12) left every cascade
 service of that agent waiting forever on a refused connection: PySpark keeps the dead gateway
-for every later session. ``jvm_alive`` sees it gone and ``forget`` lets a new JVM start. Run in
+for every later session. ``jvm_alive`` sees it gone and a new JVM starts, also when the JVM died
+while a session was being built (nobody held one to notice; found by the campaign again). Run in
 a process of its own, so the suite's shared session is not the one killed."""
 
 from __future__ import annotations
@@ -13,19 +14,27 @@ SCRIPT = """
 import os, signal, sys
 from pathlib import Path
 from pyspark import SparkContext
-from baton.spark.session import build_session, forget, jvm_alive
+from baton.spark.session import build_session, jvm_alive, shared_session
+
+def kill_jvm():
+    proc = SparkContext._gateway.proc
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 work = Path(sys.argv[1])
-s = build_session(master="local[1]", work_dir=work / "a", quiet=True)
+s = shared_session(master="local[1]", work_dir=work / "a", quiet=True)
 assert s.range(5).count() == 5 and jvm_alive(s)
-proc = SparkContext._gateway.proc
-os.kill(proc.pid, signal.SIGKILL)
-proc.wait()
-assert not jvm_alive(s)
-forget(s)
-t = build_session(master="local[1]", work_dir=work / "b", quiet=True)
-assert jvm_alive(t) and t.range(7).count() == 7
-t.stop()
+kill_jvm()
+assert not jvm_alive(s) and not jvm_alive()
+# The process's shared session is replaced by one on a new JVM.
+t = shared_session(master="local[1]", work_dir=work / "b", quiet=True)
+assert t is not s and jvm_alive(t) and t.range(7).count() == 7
+# The JVM dies and nobody holds a session to notice (it died while one was being built, as
+# in the campaign): building one starts a new JVM instead of handing out the dead gateway.
+kill_jvm()
+u = build_session(master="local[1]", work_dir=work / "c", quiet=True)
+assert jvm_alive(u) and u.range(9).count() == 9
+u.stop()
 print("ok")
 """
 
