@@ -341,7 +341,10 @@ class ChannelHub:
         if since.offset + 1 < oldest:
             return False
         stream.subs[sink] = _Sub(user, stream.epoch, stream.offset)
-        sink.send(self._subscribed(stream, stream.offset, None, recovered=True))
+        # The subscriber's own offset, as a leader's recovered answer gives it: the missed
+        # publications follow, so naming the newest offset here would make a client drop
+        # them all as already seen.
+        sink.send(self._subscribed(stream, since.offset, None, recovered=True))
         for offset, text, frame in stream.history:
             if offset > since.offset:
                 sink.send(text, frame.get("ts"))

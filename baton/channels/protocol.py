@@ -20,8 +20,9 @@ does; see :func:`frames`)::
 ``subscribed`` may come again for a channel at any time, with a higher epoch: the channel's
 leader changed, so start over from its ``data`` (publications continue after its ``offset``).
 With ``recovered: true`` (``since`` was in the same epoch and still in the leader's history)
-there is no data: the missed publications follow. ``gap``: the upstream failed and was
-restarted, so publications may be missing before this offset.
+there is no data, ``offset`` is the one ``since`` gave, and the missed publications follow.
+``gap``: the upstream failed and was restarted, so publications may be missing before this
+offset.
 
 Closing codes: connection (WebSocket close) 4000 bad frame (not JSON, not an object, unknown
 type, bad field), 4001 unauthorized (wrong or missing token), 1009 frame too large, 1001 the

@@ -217,6 +217,43 @@ def test_healthy_subscriber_never_saw_a_repeat_or_a_gap(
     assert not healthy.kinds("gap")
 
 
+def test_recovery_from_the_nodes_history_delivers_what_was_missed(
+    node: tuple[LocalCluster, Subscriber],
+) -> None:
+    """A subscriber comes back to the node it left, which still has the stream (another
+    subscriber keeps it): ``subscribed`` names the subscriber's own offset and the missed
+    publications follow, in order, none twice. (It once named the node's newest offset, so a
+    client dropped every recovered publication as already seen: found by the campaign.)"""
+    c, healthy = node
+
+    async def pubs_after(frame: str, count: int) -> list[dict[str, Any]]:
+        """What the node sends for ``frame`` until ``count`` publications came (10 s at most)."""
+        got: list[dict[str, Any]] = []
+        headers = {"authorization": f"Bearer {c.token}"}
+        async with connect(ws_url(c.node("n0").url), additional_headers=headers) as ws:
+            await ws.send(frame)
+            async with asyncio.timeout(10):
+                while sum(f["type"] == "pub" for f in got) < count:
+                    got.extend(frames(await ws.recv()))
+        return got
+
+    got = asyncio.run(pubs_after(sub(HEALTHY), 3))
+    pubs = [f for f in got if f["type"] == "pub"]
+    assert pubs, got
+    last = pubs[-1]
+    # Long enough to miss a few: the healthy subscriber sees them go by meanwhile.
+    mark = len(healthy.pubs())
+    wait_for(lambda: len(healthy.pubs()) >= mark + 5, what="publications missed")
+    since = {"epoch": last["epoch"], "offset": last["offset"]}
+    back = json.dumps({"type": "subscribe", "channel": HEALTHY, "since": since})
+    again = asyncio.run(pubs_after(back, 8))
+    first = again[0]
+    assert first["type"] == "subscribed" and first["recovered"], again[:2]
+    assert (first["epoch"], first["offset"]) == (last["epoch"], last["offset"])
+    offsets = [f["offset"] for f in again if f["type"] == "pub"]
+    assert len(offsets) >= 5 and offsets == list(range(last["offset"] + 1, offsets[-1] + 1))
+
+
 def test_channel_names_are_lease_names() -> None:
     """Channel names map to lease names the store takes."""
     from baton.channels.handler import parse_channel
