@@ -15,6 +15,8 @@ from pathlib import Path
 import click
 
 from baton.chaos.campaign import Plan, run
+from baton.chaos.cluster import unmount_stale
+from baton.chaos.nemesis import KINDS
 from baton.chaos.net import Network
 
 
@@ -25,21 +27,37 @@ from baton.chaos.net import Network
 @click.option("--per-round", type=click.IntRange(min=1), default=6, show_default=True)
 @click.option("--ttl", type=click.FloatRange(min=0.5), default=2.0, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("chaos-run"))
+@click.option(
+    "--only",
+    "kinds",
+    multiple=True,
+    type=click.Choice(sorted(KINDS)),
+    help="Inject only this kind of fault (repeatable; default: every kind).",
+)
 def main(
-    *, seed: int, faults: int | None, duration: float | None, per_round: int, ttl: float, out: Path
+    *,
+    seed: int,
+    faults: int | None,
+    duration: float | None,
+    per_round: int,
+    ttl: float,
+    out: Path,
+    kinds: tuple[str, ...],
 ) -> None:
     """Run a fault campaign against a local five-host cluster and check its history."""
     if (faults is None) == (duration is None):
         raise click.UsageError("give one of --faults N or --duration SECONDS")
     Network.sweep()
+    unmount_stale(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl))
+    report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds))
     click.echo(json.dumps(report, indent=2))
     if not report["ok"]:
         click.echo(
             f"chaos: violations found; history kept in {out}; repeat with "
-            f"python -m baton.chaos --seed {seed} --faults {report['faults']}",
+            f"python -m baton.chaos --seed {seed} --faults {report['faults']}"
+            + "".join(f" --only {kind}" for kind in kinds),
             err=True,
         )
         sys.exit(1)

@@ -3,8 +3,9 @@ cluster settle after each round, then check the history.
 
 A round injects faults one after another (at most two at once) until it has injected its share,
 repairs what is still broken and measures how long the cluster takes to settle: one controller
-seen by every agent, every placed group led, every elected job writing again, and a row written
-at the root visible at the leaf within 2 s. The report (``report.json`` in the run's
+seen by every agent, every placed group led, every elected job writing again, every host's
+channel subscriber receiving publications, and a row written at the root visible at the leaf
+within 2 s. The report (``report.json`` in the run's
 directory) holds the faults by kind, the violations and the settle times; a failed run keeps its
 directory and says how to repeat it.
 """
@@ -25,6 +26,7 @@ import httpx
 from baton.chaos import checker
 from baton.chaos.cluster import CASCADE, COUNTERS, LEASES, ChaosCluster, probe_lag
 from baton.chaos.history import History
+from baton.chaos.listener import Listeners, stop
 from baton.chaos.nemesis import Fault, Nemesis
 from baton.errors import WaitTimeout
 from baton.testing.waiting import wait_for
@@ -44,6 +46,8 @@ class Plan:
     duration: float | None = None
     per_round: int = 6
     ttl: float = 2.0
+    #: Only these kinds of fault (every kind when empty): to aim a run at one fault.
+    kinds: tuple[str, ...] = ()
 
 
 class Observer(threading.Thread):
@@ -106,7 +110,7 @@ def _placed(cluster: ChaosCluster) -> bool:
     )
 
 
-def settle(cluster: ChaosCluster, bound: float) -> tuple[float | None, str]:
+def settle(cluster: ChaosCluster, listeners: Listeners, bound: float) -> tuple[float | None, str]:
     """Seconds until the cluster is settled (see the module docstring), None past ``bound``;
     and what it waited for last (kept in the history, to say why a round did not settle)."""
     start = time.monotonic()
@@ -121,6 +125,10 @@ def settle(cluster: ChaosCluster, bound: float) -> tuple[float | None, str]:
         stalled = [lease for lease in LEASES if now.get(lease, 0) <= before.get(lease, 0)]
         if stalled:
             waiting[0] = f"fresh writes of {stalled}"
+            return False
+        silent = listeners.fresh(SETTLED_LAG)
+        if silent:
+            waiting[0] = f"publications at the subscribers of {silent}"
             return False
         lag = probe_lag(cluster, SETTLED_LAG)
         if lag is None:
@@ -161,6 +169,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
     cluster = ChaosCluster(directory, ttl=plan.ttl)
     harness = History(cluster.history_dir, "campaign")
     observer = Observer(cluster)
+    listeners: Listeners | None = None
     try:
         cluster.start()
         wait_for(lambda: _controller(cluster), timeout=90, what="a controller")
@@ -170,10 +179,13 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         wait_for(
             lambda: probe_lag(cluster, 10) is not None, timeout=300, what="the cascade in sync"
         )
+        listeners = Listeners(cluster)
+        listeners.start()
+        wait_for(lambda: not listeners.fresh(SETTLED_LAG), timeout=60, what="the channel live")
         log(f"chaos: cluster up in {directory}")
         cluster.start_writer(plan.seed)
         observer.start()
-        nemesis = Nemesis(cluster, rng, harness)
+        nemesis = Nemesis(cluster, rng, harness, plan.kinds)
         started = time.monotonic()
         rounds = 0
         while True:
@@ -186,7 +198,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
             if plan.faults is not None:
                 share = min(share, plan.faults - nemesis.count)
             _round(nemesis, rng, share)
-            seconds, waited = settle(cluster, SETTLE_BOUND)
+            seconds, waited = settle(cluster, listeners, SETTLE_BOUND)
             harness.record(
                 "settle", round=rounds, seconds=seconds, bound=SETTLE_BOUND, waited_for=waited
             )
@@ -202,12 +214,20 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         # Everything written reaches the leaf, then the databases are compared.
         probe_lag(cluster, SETTLE_BOUND)
     finally:
-        observer.halt.set()
-        if observer.is_alive():
-            observer.join(10)
-        harness.close()
-        cluster.close()
-    report = checker.check(directory)
+        # The cluster's processes run in sessions of their own: whatever happened above, they
+        # are stopped here, last and unconditionally.
+        try:
+            observer.halt.set()
+            if observer.is_alive():
+                observer.join(10)
+            stop(listeners)
+            harness.close()
+        finally:
+            cluster.close()
+    try:
+        report = checker.check(directory)
+    finally:
+        cluster.release_disk()
     report["seed"] = plan.seed
     report["duration_s"] = round(time.monotonic() - started, 1)
     (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -13,17 +13,23 @@ What it proves, each as a list of violations (empty when the property held):
   row version twice: events carry whole row images, so this is where a replay shows;
 - **leadership**: a placement term and a controller epoch each had one leader in every
   observation;
+- **channels**: one upstream per channel at a time: a publication (epoch, offset) carries the
+  same data at every host that received it, and no two epochs published over the same time;
+  a subscriber is never sent an epoch older than, or an offset at or before, one it already
+  received (after a reconnect too: it subscribes again with ``since``);
 - **settling**: after every round of faults the cluster settled within the bound.
 """
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from baton.chaos.cluster import node_db
 from baton.chaos.history import load
 
 
@@ -87,9 +93,9 @@ def _diff(what: str, want: dict[Any, Any], have: dict[Any, Any]) -> list[str]:
     ]
 
 
-def replication(cascade: Path, root: str, subscribers: list[str]) -> list[str]:
+def replication(run: Path, root: str, subscribers: list[str]) -> list[str]:
     def items(node: str) -> dict[int, tuple[int, str]]:
-        db = _ro(cascade / f"{node}.db")
+        db = _ro(node_db(run, node))
         try:
             return {i: (n, w) for i, n, w in db.execute("SELECT id, n, writer FROM items")}
         finally:
@@ -102,11 +108,11 @@ def replication(cascade: Path, root: str, subscribers: list[str]) -> list[str]:
     return out
 
 
-def exactly_once(cascade: Path, subscribers: list[str]) -> tuple[list[str], dict[str, int]]:
+def exactly_once(run: Path, subscribers: list[str]) -> tuple[list[str], dict[str, int]]:
     out: list[str] = []
     applied: dict[str, int] = {}
     for node in subscribers:
-        db = _ro(cascade / f"{node}.db")
+        db = _ro(node_db(run, node))
         try:
             rows = db.execute("SELECT id, n, op FROM items_applied").fetchall()
         finally:
@@ -135,6 +141,54 @@ def leadership(history: list[dict[str, Any]]) -> list[str]:
         for (what, term), who in sorted(leaders.items(), key=str)
         if len(who) > 1
     ]
+
+
+def channels(history: list[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
+    frames = [r for r in history if r["kind"] == "channel-frame"]
+    out: list[str] = []
+    # One upstream per epoch: an (epoch, offset) published twice differs in its time.
+    at: dict[tuple[int, int], tuple[float, str]] = {}
+    for r in frames:
+        if r["type"] != "pub" or r.get("at") is None:
+            continue
+        first = at.setdefault((r["epoch"], r["offset"]), (r["at"], r["host"]))
+        if first[0] != r["at"]:
+            out.append(
+                f"epoch {r['epoch']} offset {r['offset']} published twice: at {first[0]:.3f} "
+                f"(seen at {first[1]}) and {r['at']:.3f} (seen at {r['host']})"
+            )
+    # One upstream at a time: each epoch's publications span an interval of the (one, shared)
+    # wall clock of the hosts; a later epoch's starts after an earlier one's ends.
+    spans: dict[int, tuple[float, float]] = {}
+    for (epoch, _), (t, _) in at.items():
+        lo, hi = spans.get(epoch, (t, t))
+        spans[epoch] = (min(lo, t), max(hi, t))
+    ordered = sorted(spans.items())
+    for (e1, (_, end)), (e2, (begin, _)) in itertools.pairwise(ordered):
+        if begin < end:
+            out.append(f"epochs {e1} and {e2} published at once for {end - begin:.3f} s")
+    # Per subscriber, nothing older than what it already has.
+    top: dict[str, tuple[int, int]] = {}
+    repeats = 0
+    for r in frames:
+        if r["type"] not in ("pub", "gap", "subscribed"):
+            continue
+        have = top.get(r["host"], (0, 0))
+        now = (r["epoch"], r["offset"])
+        if r["epoch"] < have[0]:
+            out.append(f"{r['host']}: sent {r['type']} of epoch {r['epoch']} after epoch {have[0]}")
+        elif r["type"] == "pub" and now <= have:
+            repeats += 1
+            out.append(f"{r['host']}: sent offset {now} again after {have}")
+        top[r["host"]] = max(have, now)
+    stats = {
+        "publications": len(at),
+        "epochs": len(spans),
+        "frames": len(frames),
+        "reconnects": sum(1 for r in history if r["kind"] == "channel-disconnect"),
+        "repeats": repeats,
+    }
+    return out[:50], stats
 
 
 def settling(history: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
@@ -167,11 +221,11 @@ def check(
     history = load(run / "history")
     violations: dict[str, list[str]] = {}
     violations["fencing"] = fencing(run / "fenced.db", history)
-    cascade = run / "cascade"
-    violations["writes"] = writes(cascade / f"{root}.db", history)
-    violations["replication"] = replication(cascade, root, list(subscribers))
-    violations["exactly_once"], applied = exactly_once(cascade, list(subscribers))
+    violations["writes"] = writes(node_db(run, root), history)
+    violations["replication"] = replication(run, root, list(subscribers))
+    violations["exactly_once"], applied = exactly_once(run, list(subscribers))
     violations["leadership"] = leadership(history)
+    violations["channels"], channel_stats = channels(history)
     violations["settling"], settle = settling(history)
     faults = Counter(r["fault"] for r in history if r["kind"] == "fault-start")
     fenced = [r for r in history if r["kind"] == "fenced"]
@@ -186,6 +240,7 @@ def check(
             1 for r in history if r["kind"] == "write" and r["state"] == "ok"
         ),
         "row_versions_applied": applied,
+        "channel": channel_stats,
         "rounds": len(settle) + len(violations["settling"]),
         "settle_seconds": {
             "p50": percentile(settle, 50),

@@ -15,6 +15,7 @@ import json
 import os
 import random
 import secrets
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -40,6 +41,22 @@ LEASES = ("job-a", "job-b")
 COUNTERS = ("c1", "c2")
 CASCADE = {"s1": None, "s2": "s1", "s3": "s2"}
 STORE_PORT = 6390
+#: The node whose database lives on a small disk of its own (a tmpfs), for the disk-full fault.
+SMALL_DISK_NODE = "s2"
+SMALL_DISK_SIZE = "256m"
+
+
+def unmount_stale(run: Path) -> None:
+    """Unmount the small disk a killed campaign left mounted in ``run``."""
+    disk = node_db(run, SMALL_DISK_NODE).parent
+    if disk.is_dir():
+        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
+
+
+def node_db(run: Path, node: str) -> Path:
+    """The SQLite file of cascade node ``node`` in the campaign directory ``run``."""
+    base = run / "cascade"
+    return (base / "disk" if node == SMALL_DISK_NODE else base) / f"{node}.db"
 
 
 @dataclass
@@ -121,6 +138,14 @@ class ChaosCluster:
         self.token = self.token_file.read_text().strip()
         self.resource = directory / "fenced.db"
         self.cascade_dir = directory / "cascade"
+        self.small_disk = node_db(directory, SMALL_DISK_NODE).parent
+        self.small_disk.mkdir(parents=True, exist_ok=True)
+        # Mounted before any process starts, so that every host's mount namespace has it.
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_SIZE}", "tmpfs",
+             str(self.small_disk)],
+            check=True, capture_output=True,
+        )  # fmt: skip
         self.services: dict[str, Service] = {}
         self.clock_files: dict[str, Path] = {}
         self.ports = {h: 7400 + i for i, h in enumerate(self.hosts)}
@@ -262,13 +287,61 @@ class ChaosCluster:
     # -- the cascade and the placed objects ----------------------------------------------------
 
     def location(self, node: str) -> str:
-        return f"sqlite://{self.cascade_dir / node}.db"
+        return f"sqlite://{node_db(self.dir, node)}"
+
+    def fill_disk(self) -> None:
+        """Take every free byte of the small disk (the disk-full fault), right after an
+        operator's checkpoint emptied the database's write-ahead log: without it, the log's
+        room (a few MB, reused after every checkpoint) absorbs minutes of writes and the
+        node never sees the disk full."""
+        checkpoint: Any = None
+        with contextlib.suppress(sqlite3.Error):
+            db = sqlite3.connect(node_db(self.dir, SMALL_DISK_NODE), timeout=5)
+            try:
+                checkpoint = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                db.close()
+        fd = os.open(self.small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            # In steps until the disk refuses: one request for all the free space fails whole
+            # when the node writes meanwhile.
+            size = 0
+            for step in (1 << 20, 1 << 12):
+                while True:
+                    try:
+                        os.posix_fallocate(fd, size, step)
+                    except OSError:
+                        break
+                    size += step
+        finally:
+            os.close(fd)
+        free = os.statvfs(self.small_disk)
+        wal = node_db(self.dir, SMALL_DISK_NODE).with_suffix(".db-wal")
+        self.history.record(
+            "disk-filled",
+            checkpoint=checkpoint,
+            wal_bytes=wal.stat().st_size if wal.exists() else None,
+            free_bytes=os.statvfs(self.small_disk).f_bavail * free.f_frsize,
+        )
+
+    def free_disk(self) -> None:
+        (self.small_disk / "filler").unlink(missing_ok=True)
+
+    def release_disk(self) -> None:
+        """Unmount the small disk, keeping what it holds in the same place on the disk below
+        (the run's directory keeps every database; call once nothing uses it)."""
+        self.free_disk()
+        saved = self.dir / "disk-saved"
+        shutil.copytree(self.small_disk, saved, dirs_exist_ok=True)
+        subprocess.run(["umount", "-l", str(self.small_disk)], check=False, capture_output=True)
+        shutil.copytree(saved, self.small_disk, dirs_exist_ok=True)
+        shutil.rmtree(saved)
 
     def create_objects(self) -> None:
         """The cascade's node databases (tables created empty), then the placed objects."""
         self.cascade_dir.mkdir(exist_ok=True)
         for node, provider in CASCADE.items():
-            db = sqlite3.connect(self.cascade_dir / f"{node}.db")
+            db = sqlite3.connect(node_db(self.dir, node))
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(
                 "CREATE TABLE IF NOT EXISTS items (id INTEGER PRIMARY KEY, n INTEGER NOT NULL, "
@@ -298,7 +371,7 @@ class ChaosCluster:
             self.cli("object", "create", "cascade-worker", node, "--replicas", "2", "--spec", spec)
 
     def start_writer(self, seed: int) -> Writer:
-        self.writer = Writer(self.cascade_dir / "s1.db", self.history_dir, seed)
+        self.writer = Writer(node_db(self.dir, "s1"), self.history_dir, seed)
         self.writer.start()
         return self.writer
 
@@ -389,8 +462,8 @@ class Writer(threading.Thread):
 def probe_lag(cluster: ChaosCluster, timeout: float) -> float | None:
     """A user's lag: seconds from a commit at the root to the leaf showing it (None: not in
     ``timeout``). Writes a fresh row and polls the leaf's database read-only."""
-    root = cluster.cascade_dir / "s1.db"
-    leaf = cluster.cascade_dir / "s3.db"
+    root = node_db(cluster.dir, "s1")
+    leaf = node_db(cluster.dir, "s3")
     probe_id = -int(time.time() * 1000)
     db = sqlite3.connect(root, timeout=5, isolation_level=None)
     try:

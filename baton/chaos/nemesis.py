@@ -1,9 +1,10 @@
 """The nemesis: faults injected at random, in combination, each one recorded in the history.
 
 A fault starts at once and has a repair that runs when its time is up. Kills restart the process
-after a short delay; pauses resume it; partitions heal; a clock jump stays (clocks do not come
-back), so the next jump of that process adds to it. Faults are drawn from one seeded generator,
-so a seed and a fault count reproduce a run's schedule (the cluster's own timing still varies).
+after a short delay; pauses resume it; partitions heal; a full disk is freed; a clock jump stays
+(clocks do not come back), so the next jump of that process adds to it. Faults are drawn from one
+seeded generator, so a seed and a fault count reproduce a run's schedule (the cluster's own
+timing still varies).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import random
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ KINDS: dict[str, int] = {
     "drop-one-way": 2,
     "cut-from-store": 2,
     "clock-jump": 2,
+    "disk-full": 1,
 }
 
 
@@ -66,7 +68,15 @@ class Nemesis:
     one network fault at a time is active (they all hold ``net``).
     """
 
-    def __init__(self, cluster: ChaosCluster, rng: random.Random, history: History) -> None:
+    def __init__(
+        self,
+        cluster: ChaosCluster,
+        rng: random.Random,
+        history: History,
+        kinds: Collection[str] = (),
+    ) -> None:
+        """``kinds`` narrows the draw to those kinds (all of :data:`KINDS` when empty)."""
+        self.kinds = {kind: KINDS[kind] for kind in kinds} or dict(KINDS)
         self.cluster = cluster
         self.rng = rng
         self.history = history
@@ -78,7 +88,7 @@ class Nemesis:
 
     def inject(self, now: float, busy: set[str]) -> Fault | None:
         """Start one fault that holds nothing in ``busy`` (None when ten draws all collided)."""
-        kinds, weights = zip(*KINDS.items(), strict=True)
+        kinds, weights = zip(*self.kinds.items(), strict=True)
         for _ in range(10):
             kind = self.rng.choices(kinds, weights)[0]
             fault = self._make[kind]()
@@ -197,3 +207,15 @@ class Nemesis:
             self.cluster.clock_files[name].write_text(f"+{shift}s\n")
 
         return Fault("clock-jump", name, 0.0, jump, busy=frozenset({name}))
+
+    def _disk_full(self) -> Fault:
+        # The branch's database cannot grow for a while: its apply and its queue must wait and
+        # go on, with nothing lost or applied twice.
+        return Fault(
+            "disk-full",
+            "disk",
+            self.rng.uniform(2.0, 5.0) * self.cluster.ttl,
+            self.cluster.fill_disk,
+            self.cluster.free_disk,
+            frozenset({"disk"}),
+        )
