@@ -18,7 +18,11 @@ fenced log with its epoch. The demo then
    every node cleanly;
 6. replicates a generated workload root -> branch -> leaf with Spark workers, kills the root
    mid-stream, fails over to the branch, checks the leaf equals the surviving data, and
-   resurrects the old root (saving the events that never left it).
+   resurrects the old root (saving the events that never left it);
+7. runs two Redis servers (a master and its replica) with two ``baton redis-failover`` clients
+   and a server, SIGKILLs the master and shows every client's master file moving to the replica
+   only after all of them agreed, then switches back with a planned switch that loses no
+   acknowledged write.
 
 It prints what happened and how long each step took, and exits 0 only when every check held.
 """
@@ -36,6 +40,7 @@ from rich.table import Table
 
 from baton.demo_cascade import cascade_part
 from baton.demo_channels import channels_part
+from baton.demo_failover import failover_part
 from baton.demo_placement import placement_part
 from baton.logs import describe
 from baton.testing.cluster import LocalCluster
@@ -217,6 +222,7 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
             steps.append(Step(what, seconds, detail, good))
 
         ok &= cascade_part(console, tmp / "cascade", step)
+        ok &= failover_part(console, tmp / "failover", step)
     except (WaitTimeout, AssertionError) as exc:
         steps.append(Step("demo step", 0.0, f"did not happen: {describe(exc)}", False))
         ok = False

@@ -295,7 +295,8 @@ def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
 @click.option("--nodes", default=3, show_default=True, help="Election participants.")
 @click.option("--ttl", type=float, default=2.0, show_default=True, help="Lease ttl in seconds.")
 def demo(nodes: int, ttl: float) -> None:
-    """Run the demonstration on the embedded default (SQLite): elect, kill, take over."""
+    """Run the demonstration on the embedded default (SQLite): elect, kill, take over; then
+    a node cluster, a live channel, placement, a cascade on Spark and a Redis store failover."""
     from baton.demo import run_demo
 
     if nodes < 2:

@@ -68,7 +68,13 @@ LAYERS: list[tuple[str, ...]] = [
     # its checker, over a cluster of real processes started with the test kit.
     ("baton.chaos",),
     # ``baton demo``: walks through a local cluster with the test kit.
-    ("baton.demo", "baton.demo_cascade", "baton.demo_channels", "baton.demo_placement"),
+    (
+        "baton.demo",
+        "baton.demo_cascade",
+        "baton.demo_channels",
+        "baton.demo_failover",
+        "baton.demo_placement",
+    ),
     # The command line, over everything.
     ("baton.cli",),
 ]
