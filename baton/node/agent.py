@@ -29,6 +29,7 @@ from baton.logs import describe
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
 from baton.node.peers import PeerError, Peers
+from baton.node.stall import LoopWatchdog
 from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
@@ -70,6 +71,8 @@ class NodeAgent:
         self.controller = Election(self.store, CONTROLLER, config.node_id, self.timings)
         self.metrics.watch(self.membership, "membership")
         self.metrics.watch(self.controller, "controller")
+        # A stall of a quarter lease is worth a line: four of them and the leases are gone.
+        self.watchdog = LoopWatchdog(max(0.25, self.timings.ttl / 4), self.metrics.registry)
         self.started_at = time.time()
         #: Highest epoch seen per role, from commands and the store (never goes down).
         self.seen_epochs: dict[str, int] = {}
@@ -223,6 +226,7 @@ class NodeAgent:
 
     async def start(self) -> None:
         """Connect, take membership, publish the node record, campaign for controller."""
+        self.watchdog.start()
         await self._connect()
         await self.membership.start()
         log.info("waiting for membership lease")
@@ -264,6 +268,7 @@ class NodeAgent:
         await self.membership.stop()
         await self.peers.close()
         await self.store.close()
+        await self.watchdog.stop()
         log.info("node stopped")
 
     async def hand_over(self) -> None:
