@@ -429,6 +429,19 @@ class ConfigurationServer:
         if any(r.answer == Answer.STALE for r in replies) and highest is not None:
             log.info("a newer round exists: adopting its master", extra={"round": str(highest)})
             await self.discover()
+            adopted, now = self.seen.master, self.seen.master_token
+            if adopted is not None and now is not None and now < highest:
+                # No server that answers carries the newest round the clients have seen: that
+                # round promoted nobody (it found no replica, or its server died after
+                # invalidate) and the clients' files stay empty until a round finishes.
+                # Adopting the master again would only meet the same answer, forever: finish
+                # it with a round above it naming the master that answers now.
+                log.warning(
+                    "the newest round promoted no master that answers: running a new one",
+                    extra={"round": str(highest), "master": str(adopted)},
+                )
+                with contextlib.suppress(FailoverError):
+                    await self.round(old=None, check=False, new=adopted)
             return
         stuck = [r for r in replies if r.invalidated_in is not None]
         if stuck:

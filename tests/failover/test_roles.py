@@ -357,3 +357,29 @@ def test_server_killed_and_client_restarted_mid_round_end_with_one_master(
     after = b2.state()
     assert after is not None and after["invalidated_in"] is None
     assert after["highest"] > stuck["invalidated_in"]
+
+
+def test_master_back_with_its_data_after_a_round_that_promoted_nobody(
+    tmp_path: Path, group: RedisGroup, procs: list[ClientRole | ServerRole]
+) -> None:
+    """Found by the fault campaign: the master and every replica down at once, so the round
+    invalidates every client and then finds no replica to promote; the master comes back with
+    its data (and so its old round's token). The server kept adopting that master, the clients
+    kept answering that its round is older than the one they invalidated in, and their files
+    stayed empty for good. A round above theirs now names the master that answers."""
+    a, b = (failover_client(tmp_path, cid) for cid in ("a", "b"))
+    procs += [a, b]
+    server = failover_server(tmp_path, group, [a, b], "s1")
+    procs.append(server)
+    old = group.addresses[0]
+    wait_for(lambda: a.master() == old and b.master() == old, timeout=20, what="files name m")
+    # Paused, not killed: a paused server keeps its data, as one restarted from disk does.
+    for s in group.servers:
+        s.pause()
+    wait_for(lambda: server.said("at promote: no replica answers"), timeout=20, what="held back")
+    assert a.master() is None and b.master() is None  # both invalidated
+    for s in group.servers:
+        s.resume()
+    wait_for(lambda: _settled(group, [a, b]), timeout=30, what="one master everywhere")
+    assert a.master() == old  # the only master there is, with everything it had
+    assert server.said("promoted no master that answers")
