@@ -34,6 +34,13 @@ from baton.chaos.net import Network
     type=click.Choice(sorted(KINDS)),
     help="Inject only this kind of fault (repeatable; default: every kind).",
 )
+@click.option(
+    "--store-failover/--no-store-failover",
+    "failover",
+    default=True,
+    show_default=True,
+    help="A Redis master and replica under store failover, or one Redis server.",
+)
 def main(
     *,
     seed: int,
@@ -43,6 +50,7 @@ def main(
     ttl: float,
     out: Path,
     kinds: tuple[str, ...],
+    failover: bool,
 ) -> None:
     """Run a fault campaign against a local five-host cluster and check its history."""
     if (faults is None) == (duration is None):
@@ -51,12 +59,15 @@ def main(
     unmount_stale(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds))
+    report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds, failover))
     click.echo(json.dumps(report, indent=2))
     if not report["ok"]:
         click.echo(
             f"chaos: violations found; history kept in {out}; repeat with "
             f"python -m baton.chaos --seed {seed} --faults {report['faults']}"
+            + (f" --per-round {per_round}" if per_round != 6 else "")
+            + (f" --ttl {ttl:g}" if ttl != 2.0 else "")
+            + ("" if failover else " --no-store-failover")
             + "".join(f" --only {kind}" for kind in kinds),
             err=True,
         )

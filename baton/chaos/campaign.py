@@ -13,6 +13,7 @@ directory and says how to repeat it.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sqlite3
 import threading
@@ -24,7 +25,7 @@ from typing import Any
 import httpx
 
 from baton.chaos import checker
-from baton.chaos.cluster import CASCADE, COUNTERS, LEASES, ChaosCluster, probe_lag
+from baton.chaos.cluster import CASCADE, COUNTERS, LEASES, STORES, ChaosCluster, probe_lag
 from baton.chaos.history import History
 from baton.chaos.listener import Listeners, stop
 from baton.chaos.nemesis import Fault, Nemesis
@@ -48,6 +49,8 @@ class Plan:
     ttl: float = 2.0
     #: Only these kinds of fault (every kind when empty): to aim a run at one fault.
     kinds: tuple[str, ...] = ()
+    #: The store is a Redis master and replica under store failover (else one Redis server).
+    failover: bool = True
 
 
 class Observer(threading.Thread):
@@ -60,8 +63,19 @@ class Observer(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
+        beats = 0
         try:
             while not self.halt.wait(0.5):
+                beats += 1
+                if beats % 10 == 1:
+                    # The machine's load: long settle times on a starved machine are not bugs.
+                    self.history.record("observe-load", load=os.getloadavg())
+                if self.cluster.failover:
+                    # Two reads that agree: a snapshot no switch ran through (a switch takes far
+                    # longer than reading five small files twice).
+                    first, second = self.cluster.master_files(), self.cluster.master_files()
+                    if first == second:
+                        self.history.record("observe-master-files", files=first)
                 for host, view in self.cluster.views("/v1/status").items():
                     ctl = view.get("controller") or {}
                     self.history.record(
@@ -118,6 +132,9 @@ def settle(cluster: ChaosCluster, listeners: Listeners, bound: float) -> tuple[f
     waiting = ["nothing"]
 
     def settled() -> bool:
+        if cluster.failover and not _one_store_master(cluster):
+            waiting[0] = "every master file naming the one store master, the other its replica"
+            return False
         if not _placed(cluster):
             waiting[0] = "one controller and every group placed"
             return False
@@ -143,6 +160,15 @@ def settle(cluster: ChaosCluster, listeners: Listeners, bound: float) -> tuple[f
     return time.monotonic() - start, waiting[0]
 
 
+def _one_store_master(cluster: ChaosCluster) -> bool:
+    master = cluster.store_master()
+    if master is None:
+        return False
+    port = int(master.rsplit(":", 1)[1])
+    roles = {name: cluster.store_role(name) for name in cluster.stores}
+    return all((role == "master") == (STORES[name] == port) for name, role in roles.items())
+
+
 def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
     active: list[Fault] = []
     injected = 0
@@ -166,7 +192,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
     """Run ``plan`` in ``directory`` (made empty first is the caller's job) and check it."""
     rng = random.Random(plan.seed)
     started = time.monotonic()
-    cluster = ChaosCluster(directory, ttl=plan.ttl)
+    cluster = ChaosCluster(directory, ttl=plan.ttl, failover=plan.failover)
     harness = History(cluster.history_dir, "campaign")
     observer = Observer(cluster)
     listeners: Listeners | None = None

@@ -17,6 +17,8 @@ What it proves, each as a list of violations (empty when the property held):
   same data at every host that received it, and no two epochs published over the same time;
   a subscriber is never sent an epoch older than, or an offset at or before, one it already
   received (after a reconnect too: it subscribes again with ``since``);
+- **one store master**: with store failover, no two hosts' master files ever named two
+  different servers at once (a file is empty while a switch is under way);
 - **settling**: after every round of faults the cluster settled within the bound.
 """
 
@@ -191,6 +193,25 @@ def channels(history: list[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
     return out[:50], stats
 
 
+def store_master(history: list[dict[str, Any]]) -> tuple[list[str], dict[str, int]]:
+    out: list[str] = []
+    masters: list[str] = []
+    for rec in sorted((r for r in history if r["kind"] == "observe-master-files"), key=_t):
+        named = {f for f in rec["files"].values() if f}
+        if len(named) > 1:
+            out.append(f"master files named {sorted(named)} at once: {rec['files']}")
+        if len(named) == 1 and (not masters or masters[-1] != next(iter(named))):
+            masters.append(next(iter(named)))
+    return out[:50], {
+        "observations": sum(1 for r in history if r["kind"] == "observe-master-files"),
+        "masters_in_turn": len(masters),
+    }
+
+
+def _t(rec: dict[str, Any]) -> float:
+    return float(rec["t"])
+
+
 def settling(history: list[dict[str, Any]]) -> tuple[list[str], list[float]]:
     times: list[float] = []
     out: list[str] = []
@@ -226,8 +247,10 @@ def check(
     violations["exactly_once"], applied = exactly_once(run, list(subscribers))
     violations["leadership"] = leadership(history)
     violations["channels"], channel_stats = channels(history)
+    violations["store_master"], store = store_master(history)
     violations["settling"], settle = settling(history)
     faults = Counter(r["fault"] for r in history if r["kind"] == "fault-start")
+    loads = [float(r["load"][0]) for r in history if r["kind"] == "observe-load"]
     fenced = [r for r in history if r["kind"] == "fenced"]
     return {
         "ok": not any(violations.values()),
@@ -241,6 +264,11 @@ def check(
         ),
         "row_versions_applied": applied,
         "channel": channel_stats,
+        "store": store,
+        "load_1min": {
+            "p50": percentile(loads, 50),
+            "max": max(loads, default=None),
+        },
         "rounds": len(settle) + len(violations["settling"]),
         "settle_seconds": {
             "p50": percentile(settle, 50),

@@ -1,5 +1,7 @@
 """The campaign's cluster: five hosts in network namespaces, each with a node agent and a
-``baton elect`` candidate per job lease; a Redis store on a host of its own; a cascade
+``baton elect`` candidate per job lease; a Redis store on a host of its own (with store
+failover: a master and a replica there, a failover client on every host keeping the master file
+that host's agent and candidates follow, and failover servers on two hosts); a cascade
 root -> branch -> leaf whose node services are objects placed by the controller; placed
 counters; and a writer at the root that records every write in the history.
 
@@ -23,6 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,12 @@ LEASES = ("job-a", "job-b")
 COUNTERS = ("c1", "c2")
 CASCADE = {"s1": None, "s2": "s1", "s3": "s2"}
 STORE_PORT = 6390
+#: The Redis servers of the store (the first starts as master) and their data directories.
+STORES = {"store": STORE_PORT, "store2": STORE_PORT + 1}
+FAILOVER_CLIENT_PORT = 9101
+FAILOVER_SERVER_PORT = 9100
+#: The hosts that run a failover server (two: no single point of failure).
+FAILOVER_SERVERS = ("h1", "h2")
 #: The node whose database lives on a small disk of its own (a tmpfs), for the disk-full fault.
 SMALL_DISK_NODE = "s2"
 SMALL_DISK_SIZE = "256m"
@@ -122,8 +131,11 @@ class Service:
 class ChaosCluster:
     """See the module docstring. ``directory`` keeps everything: logs, history, databases."""
 
-    def __init__(self, directory: Path, *, hosts: int = 5, ttl: float = 2.0) -> None:
+    def __init__(
+        self, directory: Path, *, hosts: int = 5, ttl: float = 2.0, failover: bool = True
+    ) -> None:
         self.dir = directory
+        self.failover = failover
         self.ttl = ttl
         self.hosts = [f"h{i + 1}" for i in range(hosts)]
         self.logs = directory / "logs"
@@ -131,6 +143,7 @@ class ChaosCluster:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.net = Network([*self.hosts, "st"])
         self.store_url = f"redis://{self.net.address('st')}:{STORE_PORT}/0"
+        self.stores = list(STORES) if failover else ["store"]
         self.token_file = directory / "token"
         fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -155,25 +168,39 @@ class ChaosCluster:
 
     # -- the processes -------------------------------------------------------------------------
 
+    def store_dir(self, name: str) -> Path:
+        return self.dir / name
+
+    def master_file(self, host: str) -> Path:
+        return self.dir / "agents" / host / "redis-master"
+
+    def host_store_url(self, host: str) -> str:
+        """The store as ``host``'s processes reach it: through its master file (failover)."""
+        if not self.failover:
+            return self.store_url
+        return f"redis+masterfile://{self.master_file(host)}?db=0"
+
     def _define(self) -> None:
         bin_dir = Path(sys.executable).parent
-        store_dir = self.dir / "store"
-        store_dir.mkdir(exist_ok=True)
-        self.services["store"] = Service(
-            "store",
-            "st",
-            [
-                "redis-server",
-                "--bind", self.net.address("st"),
-                "--port", str(STORE_PORT),
-                "--protected-mode", "no",
-                "--save", "",
-                # Kept on restart (appendonly, fsync each write); the store-lost fault removes it.
-                "--appendonly", "yes",
-                "--appendfsync", "always",
-                "--dir", str(store_dir),
-            ],
-        )  # fmt: skip
+        for name in self.stores:
+            self.store_dir(name).mkdir(exist_ok=True)
+            self.services[name] = Service(
+                name,
+                "st",
+                [
+                    "redis-server",
+                    "--bind", self.net.address("st"),
+                    "--port", str(STORES[name]),
+                    "--protected-mode", "no",
+                    "--save", "",
+                    # Kept on restart (appendonly, fsync each write); store-lost removes it.
+                    "--appendonly", "yes",
+                    "--appendfsync", "always",
+                    "--dir", str(self.store_dir(name)),
+                ],
+            )  # fmt: skip
+        if self.failover:
+            self._define_failover(bin_dir)
         for host in self.hosts:
             self.services[f"agent-{host}"] = Service(
                 f"agent-{host}",
@@ -181,7 +208,7 @@ class ChaosCluster:
                 [str(bin_dir / "baton"), "node"],
                 {
                     "BATON_NODE_ID": host,
-                    "BATON_STORE": self.store_url,
+                    "BATON_STORE": self.host_store_url(host),
                     "BATON_TOKEN_FILE": str(self.token_file),
                     "BATON_DATA_DIR": str(self.dir / "agents" / host),
                     "BATON_LISTEN": f"{self.net.address(host)}:{self.ports[host]}",
@@ -204,7 +231,7 @@ class ChaosCluster:
                     host,
                     [
                         str(bin_dir / "baton"), "elect", lease,
-                        "--store", self.store_url, "--ttl", str(self.ttl), "--id", host,
+                        "--store", self.host_store_url(host), "--ttl", str(self.ttl), "--id", host,
                         # The job's own clock stays true: only the candidate's lease timing is
                         # under test, and libfaketime stalls Python's timed waits.
                         "--", "env", "-u", "LD_PRELOAD", sys.executable, "-m", "baton.chaos.job",
@@ -217,31 +244,118 @@ class ChaosCluster:
                     },
                 )  # fmt: skip
 
+    def _define_failover(self, bin_dir: Path) -> None:
+        """A failover client on every host, a failover server on each of FAILOVER_SERVERS, at
+        their default timings (what a user runs)."""
+        baton = str(bin_dir / "baton")
+        clients = ",".join(f"{h}@{self.net.address(h)}:{FAILOVER_CLIENT_PORT}" for h in self.hosts)
+        servers = ",".join(f"{self.net.address('st')}:{port}" for port in STORES.values())
+        for host in self.hosts:
+            self.master_file(host).parent.mkdir(parents=True, exist_ok=True)
+            self.services[f"rcc-{host}"] = Service(
+                f"rcc-{host}",
+                host,
+                [
+                    baton, "redis-failover", "client", "--client-id", host,
+                    "--master-file", str(self.master_file(host)),
+                    "--listen", f"{self.net.address(host)}:{FAILOVER_CLIENT_PORT}",
+                    "--token-file", str(self.token_file),
+                ],
+            )  # fmt: skip
+        for host in FAILOVER_SERVERS:
+            self.services[f"rcs-{host}"] = Service(
+                f"rcs-{host}",
+                host,
+                [
+                    baton, "redis-failover", "server", "--redis-servers", servers,
+                    "--client-ids", clients, "--server-id", host,
+                    "--listen", f"{self.net.address(host)}:{FAILOVER_SERVER_PORT}",
+                    "--token-file", str(self.token_file),
+                ],
+            )  # fmt: skip
+
     def start(self) -> None:
         from baton.chaos.resource import FencedResource
 
         FencedResource(self.resource)
-        self.services["store"].start(self.net, self.logs)
-        wait_for(self._store_up, timeout=20, what="the store to answer")
-        for name, svc in self.services.items():
-            if name != "store":
+        for name in self.stores:
+            self.services[name].start(self.net, self.logs)
+            wait_for(partial(self.store_role, name), timeout=20, what=name)
+        if self.failover:
+            for name in self.stores[1:]:
+                self._redis(name).replicaof(self.net.address("st"), STORE_PORT)
+            for name in self.failover_services():
+                self.services[name].start(self.net, self.logs)
+            first = f"{self.net.address('st')}:{STORE_PORT}"
+            wait_for(
+                lambda: set(self.master_files().values()) == {first},
+                timeout=60,
+                what="every host's master file to name the store",
+            )
+        for svc in self.services.values():
+            if svc.popen is None:
                 svc.start(self.net, self.logs)
-        self.history.record("cluster-start", hosts=self.hosts)
+        self.history.record("cluster-start", hosts=self.hosts, failover=self.failover)
 
-    def _store_up(self) -> bool:
+    def failover_services(self) -> list[str]:
+        return [n for n in self.services if n.startswith(("rcc-", "rcs-"))]
+
+    def _redis(self, name: str) -> Any:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        return redis.Redis(
+            self.net.address("st"),
+            STORES[name],
+            socket_timeout=1,
+            socket_connect_timeout=1,
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    def store_role(self, name: str) -> str | None:
+        """``master`` or ``slave`` as store server ``name`` says; None if it does not answer."""
         import redis
 
+        if self.services[name].paused or not self.services[name].running:
+            return None
         try:
-            return bool(redis.Redis(self.net.address("st"), STORE_PORT, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
+            with self._redis(name) as r:
+                return str(r.info("replication")["role"])
+        except (redis.RedisError, OSError):
+            return None
+
+    def master_files(self) -> dict[str, str]:
+        """Every host's master file as it reads now ('' while empty or missing)."""
+        out = {}
+        for host in self.hosts:
+            try:
+                out[host] = self.master_file(host).read_text().strip()
+            except OSError:
+                out[host] = ""
+        return out
+
+    def store_master(self) -> str | None:
+        """The store server every master file names, if they all name the same one."""
+        named = set(self.master_files().values())
+        if len(named) != 1 or "" in named:
+            return None
+        return next(iter(named))
+
+    def admin_store_url(self) -> str:
+        """The store as an operator's command reaches it now: through any non-empty master
+        file (failover), else the single store."""
+        for master in self.master_files().values() if self.failover else ():
+            if master:
+                return f"redis://{master}/0"
+        return self.store_url
 
     def restart(self, name: str) -> None:
         svc = self.services[name]
         svc.kill()
         svc.start(self.net, self.logs)
-        if name == "store":
-            wait_for(self._store_up, timeout=20, what="the store to answer")
+        if name in STORES:
+            wait_for(lambda: self.store_role(name) is not None, timeout=20, what=name)
 
     def jvms(self, name: str) -> list[int]:
         """The Spark JVMs running under service ``name``."""
@@ -278,7 +392,7 @@ class ChaosCluster:
         baton = str(Path(sys.executable).parent / "baton")
         res = subprocess.run(
             [baton, *args], capture_output=True, text=True, check=False, timeout=60,
-            env={**os.environ, "BATON_STORE": self.store_url},
+            env={**os.environ, "BATON_STORE": self.admin_store_url()},
         )  # fmt: skip
         if res.returncode != 0:
             raise RuntimeError(f"baton {' '.join(args)}: {res.stderr.strip()}")
@@ -380,9 +494,10 @@ class ChaosCluster:
             self.writer.halt.set()
             self.writer.join(30)
         for name, svc in self.services.items():
-            if name != "store":
+            if name not in STORES:
                 svc.stop()
-        self.services["store"].stop()
+        for name in self.stores:
+            self.services[name].stop()
         self.history.close()
         self.net.close()
 

@@ -39,6 +39,7 @@ KINDS: dict[str, int] = {
     "cut-from-store": 2,
     "clock-jump": 2,
     "disk-full": 1,
+    "kill-failover": 2,
 }
 
 
@@ -141,7 +142,20 @@ class Nemesis:
         return self._killed("kill-elect", self._elect())
 
     def _kill_store(self) -> Fault:
-        return self._killed("kill-store", "store")
+        # Down from a moment (back before a switch can start: the restart races the round) to
+        # well past the time a switch takes (with store failover: a replica is promoted, and the
+        # old master comes back as a master of its own until a server makes it a replica).
+        name = self.rng.choice(self.cluster.stores)
+        svc = self.cluster.services[name]
+        down = self.rng.uniform(0.2, 3.0) * self.cluster.ttl
+        return Fault("kill-store", name, down, svc.kill, svc.start_again, frozenset({"store"}))
+
+    def _kill_failover(self) -> Fault | None:
+        # A failover client (its host's file stays as it was; a switch waits for it) or server.
+        names = self.cluster.failover_services()
+        if not names:
+            return None
+        return self._killed("kill-failover", self.rng.choice(names))
 
     def _kill_jvm(self) -> Fault | None:
         # A Spark driver of an agent that runs one (a cascade worker's); the agent must notice
@@ -159,8 +173,9 @@ class Nemesis:
         return Fault("kill-jvm", name, 0.0, kill, busy=frozenset({name}))
 
     def _store_lost(self) -> Fault:
-        svc = self.cluster.services["store"]
-        data = self.cluster.dir / "store"
+        name = self.rng.choice(self.cluster.stores)
+        svc = self.cluster.services[name]
+        data = self.cluster.store_dir(name)
 
         def lose() -> None:
             svc.kill()
@@ -168,10 +183,10 @@ class Nemesis:
             data.mkdir()
 
         def restore() -> None:
-            self.cluster.restart("store")
+            self.cluster.restart(name)
             self.cluster.declare_objects()
 
-        return Fault("store-lost", "store", self._short(), lose, restore, frozenset({"store"}))
+        return Fault("store-lost", name, self._short(), lose, restore, frozenset({"store"}))
 
     def _pause_agent(self) -> Fault:
         return self._paused("pause-agent", f"agent-{self._host()}")
