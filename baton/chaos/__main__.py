@@ -18,6 +18,7 @@ from baton.chaos.campaign import Plan, run
 from baton.chaos.cluster import unmount_stale
 from baton.chaos.nemesis import KINDS
 from baton.chaos.net import Network
+from baton.logs import describe
 
 
 @click.command()
@@ -59,7 +60,16 @@ def main(
     unmount_stale(out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds, failover))
+    try:
+        report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds, failover))
+    except Exception as exc:
+        # A failure of the harness itself (not a violation): one line, the run kept.
+        click.echo(
+            f"chaos: the campaign itself failed: {describe(exc)}; its logs and history are in "
+            f"{out}",
+            err=True,
+        )
+        sys.exit(2)
     click.echo(json.dumps(report, indent=2))
     if not report["ok"]:
         click.echo(

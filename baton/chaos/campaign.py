@@ -16,6 +16,7 @@ import json
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -250,6 +251,8 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
             harness.close()
         finally:
             cluster.close()
+            if sys.exc_info()[0] is not None:
+                cluster.release_disk()  # no check follows: leave no mount behind
     try:
         report = checker.check(directory)
     finally:

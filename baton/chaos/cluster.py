@@ -477,12 +477,28 @@ class ChaosCluster:
 
     def declare_objects(self) -> None:
         """The placed objects, as an operator declares them (again, after the store's data was
-        lost: the node databases keep the cascade's state, the store only what runs where)."""
-        for name in COUNTERS:
-            self.cli("object", "create", "counter", name, "--partitions", "2", "--replicas", "3")
+        lost: the node databases keep the cascade's state, the store only what runs where).
+        Only the missing ones: with store failover the data lost may have been a replica's, or
+        a master's that was replaced first. Retried while the store cannot answer (no master
+        during a switch, a replica still named)."""
+        wanted: dict[str, list[str]] = {
+            name: ["counter", name, "--partitions", "2", "--replicas", "3"] for name in COUNTERS
+        }
         for node in CASCADE:
             spec = json.dumps({"location": self.location(node)})
-            self.cli("object", "create", "cascade-worker", node, "--replicas", "2", "--spec", spec)
+            wanted[node] = ["cascade-worker", node, "--replicas", "2", "--spec", spec]
+
+        def declared() -> bool:
+            try:
+                have = {o["name"] for o in json.loads(self.cli("object", "list", "--json"))}
+                for name, args in wanted.items():
+                    if name not in have:
+                        self.cli("object", "create", *args)
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired):
+                return False
+            return True
+
+        wait_for(declared, timeout=60, interval=1.0, what="the objects declared")
 
     def start_writer(self, seed: int) -> Writer:
         self.writer = Writer(node_db(self.dir, "s1"), self.history_dir, seed)
