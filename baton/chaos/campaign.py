@@ -33,8 +33,11 @@ from baton.chaos.nemesis import Fault, Nemesis
 from baton.errors import WaitTimeout
 from baton.testing.waiting import wait_for
 
-#: Seconds a round may take to settle before it counts as a violation.
-SETTLE_BOUND = 90.0
+#: Seconds a round may take to settle before it counts as a violation. A liveness bound, not
+#: a speed target: on 2 cores at load 9-13 (five agents, up to three Spark JVMs, the store's
+#: failover roles) a round that moved every cascade worker took up to 88 s; a cluster that is
+#: stuck never settles.
+SETTLE_BOUND = 120.0
 #: The lag a settled cascade shows, seconds.
 SETTLED_LAG = 2.0
 
