@@ -20,7 +20,6 @@ there and checks "none lost" only for the planned switch, where baton does promi
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,12 +28,12 @@ from typing import Any
 import redis
 from rich.console import Console
 
-from baton.errors import BatonError, NoMaster
-from baton.failover import master_client
+from baton.errors import BatonError
 from baton.logs import describe
 from baton.store.master_file import Address
 from baton.testing.failover import (
     ClientRole,
+    IncrWorker,
     RedisGroup,
     ServerRole,
     baton_exe,
@@ -47,34 +46,9 @@ Step = Callable[[str, float, str, bool], Any]
 
 #: The deadline of every wait: with the test kit's quick timings each takes a second or two.
 WAIT = 20.0
-
-
-class _Incrs(threading.Thread):
-    """A worker on a client's host: INCRs ``key`` through the master file, counting the INCRs
-    the master acknowledged."""
-
-    def __init__(self, master_file: Path, key: str) -> None:
-        super().__init__(daemon=True)
-        self.key = key
-        self.client = master_client(master_file, socket_timeout=2, socket_connect_timeout=0.5)
-        self.acked = 0
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                self.client.incr(self.key)
-                self.acked += 1
-            except (NoMaster, redis.RedisError, OSError):
-                pass  # no master now (file empty) or the old one is gone: try again shortly
-            # Paced at about a thousand INCRs a second: load enough to show that nothing
-            # acknowledged is lost, without taking a whole core of a small machine.
-            self.stopping.wait(0.001)
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(5)
-        self.client.close()
+#: Seconds between a worker's INCRs: about a thousand a second, load enough to show that
+#: nothing acknowledged is lost, without taking a whole core of a small machine.
+PACE = 0.001
 
 
 def failover_part(console: Console, workdir: Path, step: Step) -> bool:
@@ -85,7 +59,7 @@ def failover_part(console: Console, workdir: Path, step: Step) -> bool:
     workdir.mkdir(parents=True, exist_ok=True)
     group = RedisGroup(workdir / "redis", 2)
     roles: list[ClientRole | ServerRole] = []
-    workers: list[_Incrs] = []
+    workers: list[IncrWorker] = []
     try:
         return _walk(
             console=console, workdir=workdir, group=group, roles=roles, workers=workers, step=step
@@ -109,7 +83,7 @@ def _walk(
     workdir: Path,
     group: RedisGroup,
     roles: list[ClientRole | ServerRole],
-    workers: list[_Incrs],
+    workers: list[IncrWorker],
     step: Step,
 ) -> bool:
     t0 = time.monotonic()
@@ -132,7 +106,7 @@ def _walk(
     )
 
     # 1. An unplanned switch: the master is SIGKILLed under a worker's INCRs.
-    first = _Incrs(clients[0].master_file, "demo:unplanned")
+    first = IncrWorker(clients[0].master_file, "demo:unplanned", pace=PACE)
     workers.append(first)
     first.start()
     wait_for(lambda: first.acked >= 100, timeout=WAIT, what="INCRs acknowledged by the master")
@@ -183,7 +157,7 @@ def _walk(
     good &= replica
 
     # 3. A planned switch back under load: every acknowledged INCR must be on the new master.
-    second = _Incrs(clients[1].master_file, "demo:planned")
+    second = IncrWorker(clients[1].master_file, "demo:planned", pace=PACE)
     workers.append(second)
     second.start()
     wait_for(lambda: second.acked >= 100, timeout=WAIT, what=f"INCRs acknowledged by {new}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import urllib.request
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +26,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from baton.store.master_file import Address, read_master
+from baton.errors import NoMaster
+from baton.store.master_file import Address, master_client, read_master
 from baton.testing.processes import Proc
 from baton.testing.servers import RedisServer, free_port
 from baton.testing.waiting import wait_for
@@ -234,3 +236,42 @@ __all__ = [
     "failover_client",
     "failover_server",
 ]
+
+
+class IncrWorker(threading.Thread):
+    """A worker on a client's host: INCRs ``key`` through the host's master file (with
+    :func:`~baton.store.master_file.master_client`) until stopped, counting the INCRs a master
+    acknowledged in ``acked`` and those sent without an answer (applied or not) in ``unsure``.
+    ``pace``: seconds between INCRs (0: as fast as it can)."""
+
+    def __init__(self, master_file: Path, key: str = "acked", pace: float = 0.0) -> None:
+        super().__init__(daemon=True)
+        self.key = key
+        self.pace = pace
+        self.client = master_client(master_file, socket_timeout=2, socket_connect_timeout=0.5)
+        self.acked = 0
+        self.unsure = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.client.incr(self.key)
+                self.acked += 1
+            except NoMaster:
+                # Its file is empty (a switch is under way): nothing was sent.
+                self.stopping.wait(0.002)
+                continue
+            except (redis.RedisError, OSError):
+                # Sent, but no answer came (a timeout, the server gone): it may have been
+                # applied.
+                self.unsure += 1
+                self.stopping.wait(0.002)
+                continue
+            if self.pace:
+                self.stopping.wait(self.pace)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(5)
+        self.client.close()
