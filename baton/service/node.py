@@ -40,6 +40,8 @@ log = logging.getLogger("baton.cascade")
 INTERVAL = 0.05
 #: Backoff after a failed step: from the first value, doubling up to the second.
 BACKOFF = (0.5, 10.0)
+#: Seconds between two lines about the same failure that goes on.
+STILL_WAITING = 60.0
 
 
 class NodeService:
@@ -62,6 +64,10 @@ class NodeService:
         self._pull = Every(PULL_INTERVAL)
         #: The last step's failure ("" after a good step): what the node waits for.
         self.error = ""
+        #: Since when (monotonic) it has waited for that, when it last said so, how many tries.
+        self._waiting_since = 0.0
+        self._said_at = 0.0
+        self._tries = 0
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -129,6 +135,7 @@ class NodeService:
         from baton.logs import describe
 
         error = describe(exc)
+        now = time.monotonic()
         if error != self.error:  # one line per distinct cause, not one per retry
             log.warning(
                 "cascade node service waits",
@@ -136,6 +143,22 @@ class NodeService:
                 # An error baton does not expect keeps its trace (in the log, for a report).
                 exc_info=not isinstance(exc, BatonError),
             )
+            self._waiting_since = self._said_at = now
+            self._tries = 0
+        elif now - self._said_at >= STILL_WAITING:
+            # The same cause for a long time: say it again, so a node stuck for minutes is
+            # not silent after its first line.
+            log.warning(
+                "cascade node service still waits",
+                extra={
+                    "location": self.location,
+                    "error": error,
+                    "for_s": round(now - self._waiting_since),
+                    "tries": self._tries,
+                },
+            )
+            self._said_at = now
+        self._tries += 1
         self.error = error
 
     def stop(self) -> None:
