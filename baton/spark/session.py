@@ -163,15 +163,25 @@ def activate(session: SparkSession) -> None:
 
 
 def jvm_alive(session: SparkSession | None = None) -> bool:
-    """False once this process's Spark JVM (the one behind ``session``, or whichever PySpark
-    holds when ``session`` is None) has died (killed, out of memory): every call then fails
-    with a refused connection, for good. True while no JVM was started; Spark Connect sessions
-    have no local JVM and count as alive (their server is another process's business)."""
+    """False once the Spark JVM behind ``session`` (or, with None, whichever JVM PySpark holds)
+    has died (killed, out of memory): every call then fails with a refused connection, for
+    good. True while no JVM was started; Spark Connect sessions have no local JVM and count as
+    alive (their server is another process's business).
+
+    A session is judged by its own gateway, not by the process's current one: after a JVM
+    died, the first of two services to notice builds a new JVM, and the other's session (still
+    on the dead one) must not pass for alive because the process has a live JVM again."""
     from pyspark import SparkContext
 
-    if session is not None and getattr(session, "_jsparkSession", None) is None:
-        return True
-    proc = getattr(getattr(SparkContext, "_gateway", None), "proc", None)
+    current = getattr(SparkContext, "_gateway", None)
+    if session is not None:
+        jsession = getattr(session, "_jsparkSession", None)
+        if jsession is None:
+            return True
+        client = getattr(current, "_gateway_client", None)
+        if client is None or getattr(jsession, "_gateway_client", None) is not client:
+            return False  # built on a JVM that is gone (a newer one, or none, replaced it)
+    proc = getattr(current, "proc", None)
     return proc is None or bool(proc.poll() is None)
 
 

@@ -1,7 +1,8 @@
 """A Spark JVM killed under a node (the fault campaign's kill-jvm, issue 12) left every cascade
 service of that agent waiting forever on a refused connection: PySpark keeps the dead gateway
 for every later session. ``jvm_alive`` sees it gone and a new JVM starts, also when the JVM died
-while a session was being built (nobody held one to notice; found by the campaign again). Run in
+while a session was being built (nobody held one to notice; found by the campaign again), and
+for a session of the dead JVM once another service started a new one. Run in
 a process of its own, so the suite's shared session is not the one killed."""
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ assert not jvm_alive(s) and not jvm_alive()
 # The process's shared session is replaced by one on a new JVM.
 t = shared_session(master="local[1]", work_dir=work / "b", quiet=True)
 assert t is not s and jvm_alive(t) and t.range(7).count() == 7
+# A second service of the process still holds the session of the dead JVM: it is not taken for
+# alive because the process has a live JVM again (found by the campaign: a branch waited on a
+# refused connection for good after the leaf's service had started the new JVM).
+assert not jvm_alive(s)
 # The JVM dies and nobody holds a session to notice (it died while one was being built, as
 # in the campaign): building one starts a new JVM instead of handing out the dead gateway.
 kill_jvm()
