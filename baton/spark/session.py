@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -101,16 +101,25 @@ def build_session(
 def _stderr_to(path: Path) -> Iterator[None]:
     """Start the JVM with its standard error (which its Python workers inherit) in ``path``:
     a Python worker that loses its JVM socket when a query is stopped prints its traceback
-    there, not on the user's terminal. This process's own standard error is restored at once."""
-    sys.stderr.flush()
-    saved = os.dup(2)
+    there, not on the user's terminal.
+
+    Only the JVM's process gets the file (PySpark's launcher is handed it for that one Popen):
+    redirecting this process's own descriptor 2 instead would send every line another thread
+    logs while the JVM starts (up to half a minute on a busy machine) to the file too."""
+    import pyspark.java_gateway as launcher
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    plain = launcher.Popen  # type: ignore[attr-defined]
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("stderr", fd)
+        return plain(*args, **kwargs)
+
+    launcher.Popen = popen  # type: ignore[attr-defined,assignment]
     try:
-        os.dup2(fd, 2)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        launcher.Popen = plain  # type: ignore[attr-defined]
         os.close(fd)
 
 

@@ -23,7 +23,23 @@ def kill_jvm():
     proc.wait()
 
 work = Path(sys.argv[1])
+# While the JVM starts, another thread of the process writes to stderr: its lines stay on the
+# process's stderr; only the JVM's own output goes to spark.log.
+import threading, time
+stop = threading.Event()
+def chatter():
+    n = 0
+    while not stop.is_set():
+        n += 1
+        print(f"chatter {n}", file=sys.stderr, flush=True)
+        time.sleep(0.01)
+talker = threading.Thread(target=chatter)
+talker.start()
 s = shared_session(master="local[1]", work_dir=work / "a", quiet=True)
+stop.set()
+talker.join()
+jvm_said = (work / "a" / "spark.log").read_text()
+assert "chatter" not in jvm_said and "incubator modules" in jvm_said, jvm_said[-2000:]
 assert s.range(5).count() == 5 and jvm_alive(s)
 kill_jvm()
 assert not jvm_alive(s) and not jvm_alive()
@@ -50,3 +66,5 @@ def test_a_killed_jvm_is_seen_and_replaced(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+    assert "chatter 1\n" in res.stderr  # the other thread's lines were not taken away
+    assert "incubator modules" not in res.stderr  # the JVM's were
