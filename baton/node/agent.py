@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from baton import __version__
 from baton.channels.hub import ChannelHub
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
-from baton.errors import ConfigError, FeedCompacted, StoreError, StoreTimeout
+from baton.errors import ConfigError, FeedCompacted, NoMaster, StoreError, StoreTimeout
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
 from baton.logs import describe
 from baton.node.config import NodeConfig
@@ -57,6 +57,10 @@ class NodeRecord:
     started_at: float
     #: Workload types this node can run (placement puts members only where their type runs).
     types: list[str]
+
+
+#: Seconds a starting agent waits for its store's master file to name a master.
+NO_MASTER_WAIT = 120.0
 
 
 class NodeAgent:
@@ -209,18 +213,26 @@ class NodeAgent:
             raise
 
     async def _connect(self) -> None:
-        """Connect to the store; while it stays locked (nodes of a new cluster all creating the
-        schema of one SQLite file at once), say so and try again, for up to 3 ttl."""
-        deadline = asyncio.get_running_loop().time() + 3 * self.timings.ttl
+        """Connect to the store. While it is locked (nodes of a new cluster all creating the
+        schema of one SQLite file at once) or has no master yet (its master file is empty while
+        a store failover switches), say so and try again: for up to 3 ttl when locked, up to
+        :data:`NO_MASTER_WAIT` without a master (a switch, or a failover client that has not
+        written the file yet, ends on its own)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         delay = 0.1
+        said: type[Exception] | None = None
         while True:
             try:
                 await self.store.connect()
                 return
-            except StoreTimeout as exc:
-                if asyncio.get_running_loop().time() + delay > deadline:
+            except (StoreTimeout, NoMaster) as exc:
+                bound = NO_MASTER_WAIT if isinstance(exc, NoMaster) else 3 * self.timings.ttl
+                if loop.time() + delay > started + bound:
                     raise
-                log.warning("waiting for the store", extra={"error": describe(exc)})
+                if type(exc) is not said:  # one line per cause, not one per try
+                    log.warning("waiting for the store", extra={"error": describe(exc)})
+                    said = type(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 

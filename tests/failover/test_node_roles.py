@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from baton.node.config import load
 from baton.store.master_file import read_master
 from baton.testing import await_for
 from baton.testing.failover import RedisGroup
-from baton.testing.servers import free_port
+from baton.testing.servers import RedisServer, free_port
 
 TOKEN = "cluster-token-0123456789"
 
@@ -61,3 +63,33 @@ def test_a_bad_table_is_one_line_naming_it(tmp_path: Path) -> None:
             load(_config(tmp_path, table), env={})
         msg = str(info.value)
         assert "\n" not in msg and "redis_failover" in msg and expected in msg, msg
+
+
+async def test_a_node_started_while_the_master_file_is_empty_waits_for_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by the fault campaign: an agent restarted during a store switch exited at once
+    ("master file ... is empty") and stayed down. It now waits for the file to name a master."""
+    with RedisServer(tmp_path / "redis") as server:
+        master_file = tmp_path / "redis-master"
+        master_file.write_text("")  # a switch is under way
+        path = tmp_path / "node.toml"
+        path.write_text(
+            f'node_id = "n1"\nstore = "redis+masterfile://{master_file}?db=0"\n'
+            f'token = "{TOKEN}"\ndata_dir = "{tmp_path}"\n'
+            f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = 2\n'
+        )
+        agent = NodeAgent(load(path, env={}))
+        with caplog.at_level(logging.WARNING, logger="baton"):
+            starting = asyncio.create_task(agent.start())
+            await await_for(
+                lambda: any(r.getMessage() == "waiting for the store" for r in caplog.records),
+                timeout=20,
+            )
+            assert not starting.done()
+            master_file.write_text(f"127.0.0.1:{server.port}\n")  # the switch ends
+            await asyncio.wait_for(starting, 30)
+        try:
+            assert agent.membership.is_leader
+        finally:
+            await agent.stop()
