@@ -25,7 +25,8 @@ from typing import Literal
 
 from baton.election import Election
 from baton.errors import ConfigError, LeaseLost, NotLeader
-from baton.store import open_store
+from baton.logs import describe
+from baton.store import connect_waiting, open_store
 from baton.timings import Timings
 
 #: Run by path with ``python -I``: it must not import the rest of baton (see its docstring).
@@ -154,7 +155,11 @@ async def supervise(
     the store cannot be used."""
     check_command(argv)
     store = open_store(store_url)
-    await store.connect()
+    await connect_waiting(
+        store,
+        locked_for=3 * timings.ttl,
+        say=lambda exc: say(f"waiting for the store: {describe(exc)}"),
+    )
     election = Election(store, name, holder, timings)
     try:
         await election.start()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from baton import __version__
 from baton.channels.hub import ChannelHub
 from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
-from baton.errors import ConfigError, FeedCompacted, NoMaster, StoreError, StoreTimeout
+from baton.errors import ConfigError, FeedCompacted, StoreError
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
 from baton.logs import describe
 from baton.node.config import NodeConfig
@@ -34,7 +34,7 @@ from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
-from baton.store import ChangeKind, Store, open_store
+from baton.store import ChangeKind, Store, connect_waiting, open_store
 
 if TYPE_CHECKING:
     from baton.failover.roles import Roles
@@ -57,10 +57,6 @@ class NodeRecord:
     started_at: float
     #: Workload types this node can run (placement puts members only where their type runs).
     types: list[str]
-
-
-#: Seconds a starting agent waits for its store's master file to name a master.
-NO_MASTER_WAIT = 120.0
 
 
 class NodeAgent:
@@ -213,28 +209,13 @@ class NodeAgent:
             raise
 
     async def _connect(self) -> None:
-        """Connect to the store. While it is locked (nodes of a new cluster all creating the
-        schema of one SQLite file at once) or has no master yet (its master file is empty while
-        a store failover switches), say so and try again: for up to 3 ttl when locked, up to
-        :data:`NO_MASTER_WAIT` without a master (a switch, or a failover client that has not
-        written the file yet, ends on its own)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        delay = 0.1
-        said: type[Exception] | None = None
-        while True:
-            try:
-                await self.store.connect()
-                return
-            except (StoreTimeout, NoMaster) as exc:
-                bound = NO_MASTER_WAIT if isinstance(exc, NoMaster) else 3 * self.timings.ttl
-                if loop.time() + delay > started + bound:
-                    raise
-                if type(exc) is not said:  # one line per cause, not one per try
-                    log.warning("waiting for the store", extra={"error": describe(exc)})
-                    said = type(exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        """Connect to the store, waiting out a lock (up to 3 ttl) or an empty master file (see
+        :func:`~baton.store.connect_waiting`)."""
+        await connect_waiting(
+            self.store,
+            locked_for=3 * self.timings.ttl,
+            say=lambda exc: log.warning("waiting for the store", extra={"error": describe(exc)}),
+        )
 
     async def start(self) -> None:
         """Connect, take membership, publish the node record, campaign for controller."""

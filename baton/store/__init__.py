@@ -18,11 +18,13 @@ server. Drivers are imported only when their scheme is used, with an install hin
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote_plus
 
-from baton.errors import ConfigError, redact_url
+from baton.errors import ConfigError, NoMaster, StoreTimeout, redact_url
 from baton.store.base import (
     Capabilities,
     Change,
@@ -147,6 +149,37 @@ def sqlite_path(url: str) -> str:
     return path
 
 
+#: Seconds a starting process waits for its store's master file to name a master.
+NO_MASTER_WAIT = 120.0
+
+
+async def connect_waiting(
+    store: Store, *, locked_for: float, say: Callable[[Exception], None]
+) -> None:
+    """Connect ``store``, waiting out what ends on its own: a store that stays locked (nodes of
+    a new cluster all creating the schema of one SQLite file at once), for up to
+    ``locked_for`` seconds; a master file that is empty (a store failover switch under way, or
+    a failover client that has not written it yet), for up to :data:`NO_MASTER_WAIT`.
+    ``say(error)`` once per cause, not once per try; past its bound, the error is raised."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    delay = 0.1
+    said: type[Exception] | None = None
+    while True:
+        try:
+            await store.connect()
+            return
+        except (StoreTimeout, NoMaster) as exc:
+            bound = NO_MASTER_WAIT if isinstance(exc, NoMaster) else locked_for
+            if loop.time() + delay > started + bound:
+                raise
+            if type(exc) is not said:
+                say(exc)
+                said = type(exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
 def sqlite_url(path: str) -> str:
     """The canonical URL of the SQLite file ``path``, made absolute (``sqlite:///abs/f.db``):
     for a location that other processes, started in other directories, must find."""
@@ -169,6 +202,7 @@ __all__ = [
     "Store",
     "TxnResult",
     "VersionIs",
+    "connect_waiting",
     "open_store",
     "sqlite_path",
     "sqlite_url",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,32 @@ def test_a_client_starting_with_a_replica_in_its_file_empties_it(tmp_path: Path)
             client.load()
             asyncio.run(client.startup_check())
             assert (read_master(path) == named) is kept
+
+
+def test_baton_elect_started_while_the_master_file_is_empty_waits_for_it(tmp_path: Path) -> None:
+    """Like an agent (found by the fault campaign): a candidate started during a store switch
+    waits for its master file instead of exiting, then leads and runs its command."""
+    with RedisServer(tmp_path / "redis") as server:
+        master_file = tmp_path / "redis-master"
+        master_file.write_text("")
+        done = tmp_path / "done"
+        proc = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("baton")), "elect", "job",
+                "--store", f"redis+masterfile://{master_file}", "--ttl", "2", "--",
+                sys.executable, "-c", f"open({str(done)!r}, 'w').write('led')",
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # it says why it waits, and goes on waiting
+            assert "waiting for the store" in line and "is empty" in line, line
+            assert proc.poll() is None
+            master_file.write_text(f"127.0.0.1:{server.port}\n")  # the switch ends
+            assert proc.wait(30) == 0, proc.stderr.read()
+            assert done.read_text() == "led"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
