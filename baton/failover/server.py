@@ -57,6 +57,12 @@ from baton.store.master_file import Address, parse_address
 
 log = logging.getLogger("baton.failover.server")
 
+#: Reconfigure intervals a round may stay unfinished (no answering server carries it) before a
+#: server takes it for interrupted and finishes it: longer than a planned switch waits for its
+#: new master to catch up (its --timeout, 30 s by default, against 40 s at the default
+#: interval).
+UNFINISHED_ROUNDS = 20
+
 #: Where a master keeps the token of the round that made it master (replicated to replicas).
 TOKEN_KEY = "baton:failover:token"
 
@@ -146,6 +152,9 @@ class ConfigurationServer:
         """The master's clock (``TIME``, seconds) at its last successful check."""
         self._next_periodic = 0.0
         self._next_round = 0.0
+        #: The newest round the clients have seen that no answering server carries, and since
+        #: when (monotonic) this server has seen it so.
+        self._unfinished: tuple[Token, float] | None = None
         self.invalidated: Token | None = None
         """The round in which every client invalidated, until its reconfigure was sent."""
         # A client answers a ping or an invalidate after trying the old master for up to
@@ -430,18 +439,28 @@ class ConfigurationServer:
             log.info("a newer round exists: adopting its master", extra={"round": str(highest)})
             await self.discover()
             adopted, now = self.seen.master, self.seen.master_token
-            if adopted is not None and now is not None and now < highest:
-                # No server that answers carries the newest round the clients have seen: that
-                # round promoted nobody (it found no replica, or its server died after
-                # invalidate) and the clients' files stay empty until a round finishes.
-                # Adopting the master again would only meet the same answer, forever: finish
-                # it with a round above it naming the master that answers now.
-                log.warning(
-                    "the newest round promoted no master that answers: running a new one",
-                    extra={"round": str(highest), "master": str(adopted)},
-                )
-                with contextlib.suppress(FailoverError):
-                    await self.round(old=None, check=False, new=adopted)
+            if adopted is None or now is None or now >= highest:
+                self._unfinished = None
+                return
+            # No server that answers carries the newest round the clients have seen. Either it
+            # is still running (another server's, or a planned switch waiting for its new
+            # master to catch up), or it promoted nobody (it found no replica, or its server
+            # died after invalidate) and the clients' files stay empty until a round finishes:
+            # adopting the master again would meet the same answer forever. Past a grace
+            # period, it is finished with a round above it naming the master that answers now.
+            seen = self._unfinished
+            if seen is None or seen[0] != highest:
+                self._unfinished = (highest, time.monotonic())
+                return
+            if time.monotonic() - seen[1] < UNFINISHED_ROUNDS * self.config.reconfigure_interval:
+                return
+            self._unfinished = None
+            log.warning(
+                "the newest round promoted no master that answers: running a new one",
+                extra={"round": str(highest), "master": str(adopted)},
+            )
+            with contextlib.suppress(FailoverError):
+                await self.round(old=None, check=False, new=adopted)
             return
         stuck = [r for r in replies if r.invalidated_in is not None]
         if stuck:
