@@ -26,7 +26,15 @@ from typing import Any
 import httpx
 
 from baton.chaos import checker
-from baton.chaos.cluster import CASCADE, COUNTERS, LEASES, STORES, ChaosCluster, probe_lag
+from baton.chaos.cluster import (
+    CASCADE,
+    COUNTERS,
+    LEASES,
+    STORES,
+    ChaosCluster,
+    Service,
+    probe_lag,
+)
 from baton.chaos.history import History
 from baton.chaos.listener import Listeners, stop
 from baton.chaos.nemesis import Fault, Nemesis
@@ -173,6 +181,39 @@ def _one_store_master(cluster: ChaosCluster) -> bool:
     return all((role == "master") == (STORES[name] == port) for name, role in roles.items())
 
 
+class Supervisor(threading.Thread):
+    """Restarts an election candidate that ended by itself, as systemd's ``Restart=`` or a
+    Kubernetes Deployment would: ``baton elect`` exits (status 75) when it loses leadership, and
+    is documented to be run again to campaign again. Without this, a long run lost one
+    candidate after another until a job had none left (seed 20261126, round 10). A candidate
+    killed by the nemesis (a signal) is left down: the fault's repair starts it."""
+
+    #: Seconds between a candidate's exit and its restart (systemd's ``RestartSec``).
+    DELAY = 1.0
+
+    def __init__(self, services: dict[str, Service], history_dir: Path) -> None:
+        super().__init__(daemon=True, name="chaos-supervisor")
+        self.services = services
+        # A file of its own: History is written by one thread.
+        self.history = History(history_dir, "supervisor")
+        self.halt = threading.Event()
+        self._ended: dict[str, float] = {}
+
+    def run(self) -> None:
+        while not self.halt.wait(0.25):
+            now = time.monotonic()
+            for name, svc in list(self.services.items()):
+                status = svc.popen.poll() if svc.popen is not None else None
+                if not name.startswith("elect-") or status is None or status < 0:
+                    self._ended.pop(name, None)
+                    continue
+                ended = self._ended.setdefault(name, now)
+                if now - ended >= self.DELAY:
+                    self.history.record("supervisor-restart", name=name, status=status)
+                    svc.start_again()
+                    self._ended.pop(name, None)
+
+
 def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
     active: list[Fault] = []
     injected = 0
@@ -199,6 +240,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
     cluster = ChaosCluster(directory, ttl=plan.ttl, failover=plan.failover)
     harness = History(cluster.history_dir, "campaign")
     observer = Observer(cluster)
+    supervisor = Supervisor(cluster.services, cluster.history_dir)
     listeners: Listeners | None = None
     try:
         cluster.start()
@@ -215,6 +257,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         log(f"chaos: cluster up in {directory}")
         cluster.start_writer(plan.seed)
         observer.start()
+        supervisor.start()
         nemesis = Nemesis(cluster, rng, harness, plan.kinds)
         started = time.monotonic()
         rounds = 0
@@ -248,8 +291,12 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         # are stopped here, last and unconditionally.
         try:
             observer.halt.set()
+            supervisor.halt.set()
             if observer.is_alive():
                 observer.join(10)
+            if supervisor.is_alive():
+                supervisor.join(10)
+            supervisor.history.close()
             stop(listeners)
             harness.close()
         finally:

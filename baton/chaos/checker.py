@@ -263,6 +263,8 @@ def check(
             1 for r in history if r["kind"] == "write" and r["state"] == "ok"
         ),
         "row_versions_applied": applied,
+        # Candidates run again after losing leadership (exit 75), as a service manager would.
+        "candidates_restarted": sum(1 for r in history if r["kind"] == "supervisor-restart"),
         "channel": channel_stats,
         "store": store,
         "load_1min": {
