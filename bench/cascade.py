@@ -43,6 +43,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.set_ops import CascadeSet, set_paused
 from baton.service.node import NodeService
+from baton.spark.worker import MICRO_BATCH
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
 from bench.common import loadavg, temp_dir
@@ -74,9 +75,15 @@ class BatonSet:
     thread."""
 
     def __init__(
-        self, kind: str, directory: Path, spark: SparkSession, pg: PostgresServer | None = None
+        self,
+        kind: str,
+        directory: Path,
+        spark: SparkSession,
+        pg: PostgresServer | None = None,
+        mode: str = MICRO_BATCH,
     ) -> None:
         self.kind = kind
+        self.mode = mode
         self.spark = spark
         if kind == "postgres":
             assert pg is not None
@@ -108,7 +115,7 @@ class BatonSet:
             if node_ops.add_table(loc[n], "accounts") == "copying":
                 node_ops.copy_table(loc[n], "accounts")  # empty: nothing for Spark to copy
         for n in NODES:
-            service = NodeService(loc[n], epoch=1, spark=lambda: self.spark)
+            service = NodeService(loc[n], epoch=1, spark=lambda: self.spark, mode=self.mode)
             self.services[n] = service
             interval = service.ticker.period if n == "root" else CHECK_INTERVAL
             thread = threading.Thread(
@@ -147,12 +154,14 @@ class BatonSet:
 
 
 @contextlib.contextmanager
-def baton_set(kind: str, directory: Path, spark: SparkSession) -> Iterator[BatonSet]:
+def baton_set(
+    kind: str, directory: Path, spark: SparkSession, mode: str = MICRO_BATCH
+) -> Iterator[BatonSet]:
     with contextlib.ExitStack() as stack:
         pg = None
         if kind == "postgres":
             pg = stack.enter_context(PostgresServer(directory / "pg"))
-        s = BatonSet(kind, directory, spark, pg)
+        s = BatonSet(kind, directory, spark, pg, mode)
         try:
             s.start()
             yield s

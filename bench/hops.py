@@ -26,6 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from baton.spark.worker import MICRO_BATCH, MODES
 from bench import accounts_load
 from bench.cascade import _warm, baton_set, bench_session
 from bench.common import REPO, loadavg, quantile, temp_dir
@@ -153,10 +154,10 @@ def python_parts(kind: str, locations: dict[str, str], rounds: int = 200) -> dic
 
 
 def hops(
-    spark: SparkSession, kind: str, directory: Path, rate: int, seconds: float
+    spark: SparkSession, kind: str, directory: Path, rate: int, seconds: float, *, mode: str
 ) -> dict[str, Any]:
     """The cascade under a steady writer; every micro-batch of both workers."""
-    with baton_set(kind, directory / kind, spark) as s:
+    with baton_set(kind, directory / f"{kind}-{mode}", spark, mode) as s:
         _warm(s)
 
         def query_of(node: str) -> Any:
@@ -180,6 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--no-floor", action="store_true")
+    parser.add_argument("--mode", action="append", choices=MODES)
     args = parser.parse_args(argv)
     # Spark's Python workers import the floor source from the repository (bench is not
     # installed): they inherit the JVM's environment, which inherits this one.
@@ -193,7 +195,10 @@ def main(argv: list[str] | None = None) -> None:
             if not args.no_floor:
                 result["floor"] = floor(spark, directory, min(args.seconds, 10.0))
             for kind in args.kind or ("sqlite",):
-                result[kind] = hops(spark, kind, directory, args.rate, args.seconds)
+                for mode in args.mode or (MICRO_BATCH,):
+                    result[f"{kind}/{mode}"] = hops(
+                        spark, kind, directory, args.rate, args.seconds, mode=mode
+                    )
         finally:
             spark.stop()
     print(json.dumps(result, indent=2))

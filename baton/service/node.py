@@ -29,7 +29,7 @@ from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import FencedOut
 from baton.spark.session import forget, jvm_alive
-from baton.spark.worker import Worker
+from baton.spark.worker import MICRO_BATCH, Worker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,8 +53,11 @@ class NodeService:
         epoch: int,
         spark: Callable[[], SparkSession] | None = None,
         ticker: TickerConfig | None = None,
+        mode: str = MICRO_BATCH,
     ) -> None:
         self.location = location
+        #: How the worker applies: :data:`~baton.spark.worker.MODES`.
+        self.mode = mode
         self.epoch = epoch
         self._spark_factory = spark
         self._spark: SparkSession | None = None
@@ -106,7 +109,7 @@ class NodeService:
                 forget(self._spark)  # the process's shared session
             self._spark = None
         if self.worker is None:
-            self.worker = Worker(self.spark(), self.location, self.epoch)
+            self.worker = Worker(self.spark(), self.location, self.epoch, mode=self.mode)
         self.worker.check()
 
     def run(self, halt: threading.Event) -> None:

@@ -25,14 +25,22 @@ from typing import TYPE_CHECKING
 from baton.cascade.db import open_node_db
 from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
-from baton.errors import CascadeError, FencedOut
+from baton.errors import CascadeError, CascadeInputError, FencedOut
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from baton.spark.task import TaskQuery
+
 log = logging.getLogger("baton.cascade")
 
+#: Structured Streaming micro-batches (the default; works on Spark Connect too).
+MICRO_BATCH = "micro-batch"
+#: One long-running Spark task per worker (:mod:`baton.spark.task`): a hop's lag without the
+#: per-trigger cost, for one task slot per worker.
+LOW_LATENCY = "low-latency"
+MODES = (MICRO_BATCH, LOW_LATENCY)
 #: Sessions (by id) that have run a worker's first micro-batch; see :meth:`Worker.start`.
 _WARM: set[int] = set()
 _FIRST_START = threading.Lock()
@@ -62,15 +70,20 @@ class Worker:
         spark: SparkSession,
         location: str,
         epoch: int,
+        *,
         trigger: str = "0 seconds",
         max_ticks: int = 1000,
+        mode: str = "micro-batch",
     ) -> None:
+        if mode not in MODES:
+            raise CascadeInputError(f"bad worker mode {mode!r}: use one of {', '.join(MODES)}")
+        self.mode = mode
         self.spark = spark
         self.location = location
         self.epoch = epoch
         self.trigger = trigger
         self.max_ticks = max_ticks
-        self.query: StreamingQuery | None = None
+        self.query: StreamingQuery | TaskQuery | None = None
         self.provider: str | None = None
         self.error: BaseException | None = None
         self.failures = 0
@@ -99,6 +112,16 @@ class Worker:
         provider, location = self._provider_location()
         self.provider = provider
         activate(self.spark)
+        if self.mode == LOW_LATENCY:
+            from baton.spark.task import Follow, TaskQuery
+
+            spec = Follow(self.location, provider, location, self.epoch, self.max_ticks)
+            self.query = TaskQuery(self.spark, spec)
+            log.info(
+                "worker started",
+                extra={"location": self.location, "provider": provider, "mode": self.mode},
+            )
+            return
         checkpoint = self._scratch / f"checkpoint-{time.monotonic_ns()}"
         self._checkpoint = checkpoint
         reader = (

@@ -29,7 +29,7 @@ from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import BatonError
 from baton.logs import describe
-from baton.spark.worker import Worker
+from baton.spark.worker import MICRO_BATCH, Worker
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 
@@ -93,9 +93,12 @@ class Ticker(threading.Thread):
 class LocalSet:
     """SQLite node databases ``<dir>/<name>.db``, each with an ``accounts`` table."""
 
-    def __init__(self, directory: Path, spark: SparkSession, set_name: str = "S") -> None:
+    def __init__(
+        self, directory: Path, spark: SparkSession, set_name: str = "S", mode: str = MICRO_BATCH
+    ) -> None:
         self.dir = Path(directory)
         self.spark = spark
+        self.mode = mode
         self.set_name = set_name
         self.roles: dict[str, Role] = {}
         self.dead: set[str] = set()
@@ -178,7 +181,7 @@ class LocalSet:
 
     def start_worker(self, name: str, epoch: int | None = None) -> Worker:
         self.epochs[name] = epoch if epoch is not None else self.epochs.get(name, 0) + 1
-        worker = Worker(self.spark, self.location(name), self.epochs[name])
+        worker = Worker(self.spark, self.location(name), self.epochs[name], mode=self.mode)
         worker.start()
         self.workers[name] = worker
         return worker

@@ -15,7 +15,7 @@ from baton.cascade import node_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
-from baton.spark.worker import Worker
+from baton.spark.worker import MODES, Worker
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
 
@@ -61,8 +61,11 @@ def rows(location: str) -> list[tuple[object, ...]]:
         return db.read_rows("accounts")
 
 
-def test_root_branch_leaf(spark: SparkSession, cascade: dict[str, str], tmp_path: Path) -> None:
-    workers = [Worker(spark, cascade["s2"], epoch=1), Worker(spark, cascade["s3"], epoch=1)]
+@pytest.mark.parametrize("mode", MODES)
+def test_root_branch_leaf(
+    spark: SparkSession, cascade: dict[str, str], tmp_path: Path, mode: str
+) -> None:
+    workers = [Worker(spark, cascade[n], epoch=1, mode=mode) for n in ("s2", "s3")]
     for w in workers:
         w.start()
     try:

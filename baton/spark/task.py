@@ -1,0 +1,151 @@
+"""The low-latency apply mode: one long-running Spark task per worker that applies batch after
+batch as the provider ticks them.
+
+A Structured Streaming micro-batch pays a fixed cost at every trigger (offset log, planning,
+commit log, task launch): about 250 ms on a 2-core machine, measured by ``python -m bench.hops``,
+and a hop's lag is about two of them. Spark's real-time mode, which removes that cost, refuses a
+Python data source (Spark 4.3: ``STREAMING_REAL_TIME_MODE.INPUT_STREAM_NOT_SUPPORTED``). So this
+mode runs the apply loop inside one Spark task that never ends on its own: Spark places and
+runs it (on an executor of whatever cluster the session has) and the driver cancels it to stop;
+each batch costs only its reads and its one fenced transaction.
+
+What it applies and how is exactly what the ``baton`` source and ``batonapply`` sink do (the
+same tick ranges, :func:`baton.cascade.apply.apply_batch` with the worker's epoch and provider),
+so the guarantees are the same: the position and the data commit together, a stale epoch is
+refused, and a task killed at any point loses nothing (its transaction rolls back and the next
+one starts from the stored position).
+
+:class:`TaskQuery` gives the worker the few parts of a ``StreamingQuery`` it watches, so the
+worker's logic (pause, provider change, fencing, restarts) is the same in both modes. It needs
+one task slot per worker for as long as the worker runs, and a classic session (Spark Connect
+has no RDDs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from baton.errors import CascadeError, FencedOut
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("baton.cascade")
+
+#: Seconds between two looks at the provider while nothing new is ticked (a read of one row on
+#: a connection kept open).
+POLL = 0.005
+_GROUPS = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    """What one task applies: the node at ``subscriber`` from ``provider`` (named
+    ``provider_name`` in the set) with fencing ``epoch``; micro-batches of at most
+    ``max_ticks`` ticks and about ``max_events`` events, as the ``baton`` source makes them."""
+
+    subscriber: str
+    provider_name: str
+    provider: str
+    epoch: int
+    max_ticks: int = 1000
+    max_events: int = 50_000
+    poll: float = POLL
+
+
+def follow(spec: Follow) -> str:
+    """Apply every batch the provider ticks to the node, one transaction per step, until the
+    node no longer follows ``spec.provider_name`` at ``spec.epoch``: returns why (``"paused"``,
+    ``"provider changed"``, ``"fenced"``, ``"promoted"``). Runs in a Spark task."""
+    from baton.cascade.apply import apply_batch, reduce_events
+    from baton.cascade.db import open_node_db
+    from baton.cascade.model import ROW_TYPES
+    from baton.spark.source import batch_ticks, next_end
+
+    epoch, name = spec.epoch, spec.provider_name
+    with open_node_db(spec.subscriber) as db, open_node_db(spec.provider, readonly=True) as src:
+        while True:
+            st = db.state()
+            if st.epoch > epoch:
+                return "fenced"
+            if st.paused:
+                return "paused"
+            if st.provider is None:
+                return "promoted"
+            if st.provider != name:
+                return "provider changed"
+            end = next_end(src, st.position, spec.max_ticks, spec.max_events)
+            if end <= st.position:
+                time.sleep(spec.poll)
+                continue
+            ticks = batch_ticks(src, spec.provider, st.position, end)
+            events = list(src.batch_events(st.position, end))
+            reduced = reduce_events(events)
+            if not st.role.carries_queue:
+                events = [e for e in events if e.type not in ROW_TYPES]
+            try:
+                apply_batch(db, ticks, reduced, events, epoch, provider=name)
+            except FencedOut:
+                # A newer worker applied between this one's look at the epoch and its
+                # transaction: nothing of this one's was applied, and nothing will be.
+                return "fenced"
+
+
+def _run_partition(spec: Follow) -> Iterator[str]:
+    yield follow(spec)
+
+
+class TaskQuery:
+    """A running :func:`follow` task, seen as the worker sees a streaming query."""
+
+    def __init__(self, spark: SparkSession, spec: Follow) -> None:
+        self._sc = spark.sparkContext
+        self._group = f"baton-worker-{next(_GROUPS)}-{time.monotonic_ns()}"
+        self._error: BaseException | None = None
+        self.outcome: str | None = None
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._run, args=(spec,), daemon=True, name=self._group
+        )
+        self._thread.start()
+
+    def _run(self, spec: Follow) -> None:
+        try:
+            # The job group is the thread's (PySpark pins a Python thread to a JVM thread), so
+            # cancelling it stops exactly this task.
+            self._sc.setJobGroup(self._group, "baton low-latency worker", interruptOnCancel=True)
+            rdd = self._sc.parallelize([spec], 1).flatMap(_run_partition)
+            outcome = rdd.collect()
+            self.outcome = outcome[0] if outcome else None
+        except BaseException as exc:  # reported through exception(), as a query does
+            if not self._stopping:
+                self._error = exc
+
+    @property
+    def isActive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def lastProgress(self) -> dict[str, Any]:
+        return {}  # no first micro-batch to wait for
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return {"isTriggerActive": False}  # a cancelled task's transaction rolls back
+
+    def exception(self) -> BaseException | None:
+        if self._error is None and self.outcome is None and not self.isActive:
+            return CascadeError("the low-latency task ended without saying why")
+        return self._error
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._sc.cancelJobGroup(self._group)
+        self._thread.join(timeout=30)
