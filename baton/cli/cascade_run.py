@@ -21,7 +21,18 @@ from baton.cli.common import need_store, run_async, store_option
     help="Spark's scratch files and its log (spark.log, with any Java trace) go here "
     "[default: a new temporary directory].",
 )
-def run(location: str, store_url: str | None, ttl: float, spark_dir: Path | None) -> None:
+@click.option(
+    "--mode",
+    type=click.Choice(["micro-batch", "low-latency"]),
+    default="micro-batch",
+    show_default=True,
+    help="How the worker applies: Structured Streaming micro-batches, or one long-running "
+    "Spark task (a hop's lag in tens of milliseconds; takes one Spark task slot while it runs; "
+    "not on Spark Connect).",
+)
+def run(
+    location: str, store_url: str | None, ttl: float, spark_dir: Path | None, mode: str
+) -> None:
     """Serve the cascade node at LOCATION until SIGTERM or Ctrl-C.
 
     One process per node holds the lease cascade/SET/NODE; its epoch fences every batch the
@@ -39,4 +50,4 @@ def run(location: str, store_url: str | None, ttl: float, spark_dir: Path | None
     from baton import logs
 
     logs.setup(20)
-    sys.exit(run_async(lambda: run_node(location, url, ttl, spark_dir)))
+    sys.exit(run_async(lambda: run_node(location, url, ttl, spark_dir, mode=mode)))

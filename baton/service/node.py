@@ -53,6 +53,7 @@ class NodeService:
         epoch: int,
         spark: Callable[[], SparkSession] | None = None,
         ticker: TickerConfig | None = None,
+        *,
         mode: str = MICRO_BATCH,
     ) -> None:
         self.location = location

@@ -29,6 +29,7 @@ from baton.errors import FencedOut, LeaseLost, NodeUnreachable
 from baton.keys import cascade_lease
 from baton.logs import describe
 from baton.service.node import BACKOFF, NodeService
+from baton.spark.worker import MICRO_BATCH
 from baton.store import open_store
 from baton.timings import Timings
 
@@ -65,8 +66,11 @@ async def run_node(
     ttl: float = 10.0,
     spark_work_dir: Path | None = None,
     ticker: TickerConfig | None = None,
+    *,
+    mode: str = MICRO_BATCH,
 ) -> int:
-    """Serve the node at ``location`` until a stop signal; the exit status."""
+    """Serve the node at ``location`` until a stop signal; the exit status. ``mode``: how its
+    worker applies (:data:`~baton.spark.worker.MODES`)."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -95,7 +99,7 @@ async def run_node(
         try:
             while not stop.is_set():
                 waiting = asyncio.ensure_future(stop.wait())
-                leading = asyncio.ensure_future(_serve(election, location, spark, ticker))
+                leading = asyncio.ensure_future(_serve(election, location, spark, ticker, mode))
                 await asyncio.wait([waiting, leading], return_when="FIRST_COMPLETED")
                 waiting.cancel()
                 if not leading.done():
@@ -121,9 +125,10 @@ async def _serve(
     location: str,
     spark: Callable[[], SparkSession],
     ticker: TickerConfig | None,
+    mode: str,
 ) -> None:
     async with election.leadership() as term:
-        service = NodeService(location, term.epoch, spark, ticker)
+        service = NodeService(location, term.epoch, spark, ticker, mode=mode)
         log.info("serving cascade node", extra={"location": location, "epoch": term.epoch})
         halt = threading.Event()
         running = asyncio.ensure_future(asyncio.to_thread(service.run, halt))

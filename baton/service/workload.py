@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -35,6 +35,7 @@ from baton.errors import (
 from baton.logs import describe
 from baton.placement.workload import Workload, WorkloadContext
 from baton.service.node import NodeService
+from baton.spark.worker import MICRO_BATCH
 from baton.store import sqlite_path
 
 log = logging.getLogger("baton.cascade")
@@ -55,6 +56,11 @@ class CascadeWorkerSpec(BaseModel):
 
     location: str = Field(
         description="the node database, like sqlite:///data/s2.db or postgresql://user@host/db",
+    )
+    mode: Literal["micro-batch", "low-latency"] = Field(
+        default="micro-batch",
+        description="how the worker applies: Structured Streaming micro-batches, or one "
+        "long-running Spark task (low lag; one Spark task slot per worker)",
     )
 
     @field_validator("location")
@@ -86,6 +92,7 @@ class CascadeWorker(Workload):
                 f"object {ctx.obj.name}: spec.location (the node database) is required"
             )
         self.location = location
+        self.mode = ctx.obj.spec.get("mode", MICRO_BATCH)
         self.term: int | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -96,7 +103,7 @@ class CascadeWorker(Workload):
     # -- leader ------------------------------------------------------------------------------
 
     def _run(self, term: int) -> None:
-        self._service = NodeService(self.location, term, self.ctx.spark)
+        self._service = NodeService(self.location, term, self.ctx.spark, mode=self.mode)
         try:
             self._service.run(self._halt)
         except FencedOut as exc:

@@ -1,6 +1,6 @@
 """Cascade node services as real processes (``baton cascade run``): the worker process and its
 Spark JVM are SIGKILLed while batches flow; after restarts every event is applied and copied
-exactly once."""
+exactly once, in both worker modes (micro-batches; one long-running task)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+
+import pytest
 
 from baton.cascade.db import open_node_db
 from baton.testing.cascade import root_and_branch
@@ -27,13 +29,14 @@ def jvm_of(proc: Proc) -> int | None:
     return found[0] if found else None
 
 
-def test_worker_and_jvm_killed_mid_stream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["micro-batch", "low-latency"])
+def test_worker_and_jvm_killed_mid_stream(tmp_path: Path, mode: str) -> None:
     loc = root_and_branch(tmp_path)
     store = f"sqlite://{tmp_path / 'store.db'}"
 
     def start(name: str) -> Proc:
         argv = [BATON, "cascade", "run", loc[name], "--store", store, "--ttl", "2",
-                "--spark-dir", str(tmp_path / f"spark-{name}")]  # fmt: skip
+                "--spark-dir", str(tmp_path / f"spark-{name}"), "--mode", mode]  # fmt: skip
         return Proc(name, argv, tmp_path / f"{name}.log")
 
     procs = {n: start(n) for n in loc}
