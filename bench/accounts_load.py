@@ -237,11 +237,20 @@ def _sizes(changes: int, rng: random.Random, min_tx: int, max_tx: int) -> Iterat
         yield size
 
 
-def generate(target: Target, changes: int, seed: int, min_tx: int = 100, max_tx: int = 1000) -> int:
+def generate(
+    target: Target,
+    changes: int,
+    seed: int,
+    min_tx: int = 100,
+    max_tx: int = 1000,
+    *,
+    show: bool = False,
+) -> int:
     """Write exactly ``changes`` row changes to ``accounts`` at ``target`` (created if missing) as
     fast as possible, in transactions of ``min_tx..max_tx`` changes (the last one may be
     smaller); about 70% inserts with ids above any existing one, 20% updates and 10% deletes of
-    existing rows. Returns the number of changes (``changes``)."""
+    existing rows. Returns the number of changes (``changes``). ``show``: a progress bar on
+    stderr."""
     if not 1 <= min_tx <= max_tx:
         raise ValueError(f"bad transaction bounds {min_tx}..{max_tx}")
     rng = random.Random(seed)
@@ -250,12 +259,28 @@ def generate(target: Target, changes: int, seed: int, min_tx: int = 100, max_tx:
         writer.create_table()
         live, next_id = writer.state()
         total = 0
-        for txn in plan(rng, live, next_id, _sizes(changes, rng, min_tx, max_tx)):
-            writer.apply(txn)
-            total += txn.size
+        with _progress(show, changes, "generating changes") as advance:
+            for txn in plan(rng, live, next_id, _sizes(changes, rng, min_tx, max_tx)):
+                writer.apply(txn)
+                total += txn.size
+                advance(txn.size)
         return total
     finally:
         writer.close()
+
+
+@contextlib.contextmanager
+def _progress(show: bool, total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr while the block runs (nothing when ``show`` is false)."""
+    if not show:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -362,7 +387,7 @@ def steady(
     tx_size: int = 100,
     probe_interval: float = 0.01,
     drain: float = 60.0,
-) -> dict[str, float | int]:
+) -> dict[str, Any]:
     """Write transactions of ``tx_size`` changes (the :func:`generate` mix, at least one insert
     each) on ``root_target`` at ``rate`` changes per second for ``seconds``, and measure each
     one's lag: the time from its commit to the first probe of ``leaf_target`` that sees it.
@@ -390,6 +415,8 @@ def steady(
     pending: deque[tuple[int, float]] = deque()  # (highest inserted id, commit wall time)
     lock = threading.Lock()
     lags: list[float] = []
+    series: list[tuple[float, float]] = []  # (seconds since the start, lag) per transaction
+    started = time.time()
     writing = threading.Event()
     writing.set()
     errors: list[BaseException] = []
@@ -406,7 +433,9 @@ def steady(
                     # count as seen by it, so that no lag is negative; one the probe saw before
                     # the writer recorded it is taken by the next probe (<= probe_interval late).
                     while pending and pending[0][0] <= top and pending[0][1] <= now:
-                        lags.append(now - pending.popleft()[1])
+                        committed = pending.popleft()[1]
+                        lags.append(now - committed)
+                        series.append((committed - started, now - committed))
                     empty = not pending
                 if not writing.is_set():
                     if empty:
@@ -465,6 +494,7 @@ def steady(
         "p99": _quantile(lags, 0.99),
         "max": max(lags, default=float("nan")),
         "mean": sum(lags) / len(lags) if lags else float("nan"),
+        "series": [(round(t, 3), round(lag, 4)) for t, lag in series],
     }
 
 
@@ -483,7 +513,7 @@ def catch_up(
     and ``leaf`` equal ``root``."""
     stop()
     t = time.monotonic()
-    generate(root, changes, seed)
+    generate(root, changes, seed, show=changes >= 100_000)
     gen = time.monotonic() - t
     timeout = max(600.0, changes / 500)
     branch_s: list[float] = []

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -43,10 +44,10 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.set_ops import CascadeSet, set_paused
 from baton.service.node import NodeService
-from baton.spark.worker import MICRO_BATCH
+from baton.spark.worker import MICRO_BATCH, MODES
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
-from bench.common import loadavg, temp_dir
+from bench.common import PeakMemory, loadavg, temp_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -360,9 +361,14 @@ def _micro_batch_seconds(writer: Any, changes: int) -> float:
 
 
 def cascade_bench(
-    quick: bool, kinds: tuple[str, ...] = ("sqlite", "postgres"), efficiency: bool = True
+    quick: bool,
+    kinds: tuple[str, ...] = ("sqlite", "postgres"),
+    efficiency: bool = True,
+    modes: tuple[str, ...] = MODES,
 ) -> dict[str, Any]:
-    """Throughput and lag on each of ``kinds``, then the apply efficiency; one Spark JVM."""
+    """Throughput and lag on each of ``kinds`` in each worker mode (results under the kind's
+    name for micro-batches, ``"<kind>, low-latency"`` for the other), then the apply
+    efficiency; one Spark JVM."""
     changes = 100_000 if quick else 1_000_000
     seconds = 10.0 if quick else 30.0
     out: dict[str, Any] = {"system": "baton", "quick": quick, "loadavg_start": loadavg()}
@@ -370,15 +376,22 @@ def cascade_bench(
         spark = bench_session(directory)
         try:
             for kind in kinds:
-                with baton_set(kind, directory / kind, spark) as s:
-                    _warm(s)
-                    result: dict[str, Any] = {"throughput": throughput(s, changes, seed=1)}
-                    result["lag"] = lag(s, (2000, 5000), seconds)
-                    result["leaf_equals_root"] = accounts_load.signature(
-                        s.target("leaf")
-                    ) == accounts_load.signature(s.target("root"))
-                    out[kind] = result
+                for mode in modes:
+                    key = kind if mode == MICRO_BATCH else f"{kind}, {mode}"
+                    say(f"cascade: {key}")
+                    where = directory / f"{kind}-{mode}"
+                    with PeakMemory() as memory, baton_set(kind, where, spark, mode) as s:
+                        _warm(s)
+                        result: dict[str, Any] = {"mode": mode}
+                        result["throughput"] = throughput(s, changes, seed=1)
+                        result["lag"] = lag(s, (2000, 5000), seconds)
+                        result["leaf_equals_root"] = accounts_load.signature(
+                            s.target("leaf")
+                        ) == accounts_load.signature(s.target("root"))
+                    result["memory"] = memory.result()
+                    out[key] = result
             if efficiency:
+                say("cascade: apply efficiency")
                 out["efficiency"] = apply_efficiency(
                     spark, directory, 100_000 if quick else 500_000
                 )
@@ -387,11 +400,16 @@ def cascade_bench(
     return out
 
 
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.cascade", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="100,000 changes, 10 s lag runs")
     parser.add_argument("--kind", action="append", choices=("sqlite", "postgres"))
     parser.add_argument("--no-efficiency", action="store_true")
+    parser.add_argument("--mode", action="append", choices=MODES)
     parser.add_argument("--verbose", action="store_true", help="log every micro-batch")
     args = parser.parse_args(argv)
     if args.verbose:
@@ -402,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
         logs.setup(logging.WARNING)
         logging.getLogger("baton.cascade").setLevel(logging.DEBUG)
     kinds = tuple(args.kind or ("sqlite", "postgres"))
-    result = cascade_bench(args.quick, kinds, not args.no_efficiency)
+    result = cascade_bench(args.quick, kinds, not args.no_efficiency, tuple(args.mode or MODES))
     print(json.dumps(result, indent=2))
 
 

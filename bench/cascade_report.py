@@ -4,12 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-#: Targets of the cascade issue.
+#: Targets of the cascade issues (10, then 15: lag p99 root -> leaf at 5,000 changes/s).
 THROUGHPUT_RATIO_TARGET = 2.0
-LAG_P99_TARGET = 2.0
+LAG_P99_TARGET = 0.5
 EFFICIENCY_TARGET = 0.8
+#: baton's results in report order: (key in the benchmark's output, name in the tables).
+BATON_RUNS = (
+    ("sqlite", "baton, sqlite, micro-batch"),
+    ("sqlite, low-latency", "baton, sqlite, low-latency"),
+    ("postgres", "baton, postgres, micro-batch"),
+    ("postgres, low-latency", "baton, postgres, low-latency"),
+)
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -29,7 +37,7 @@ def _ok(ok: bool) -> str:
 
 
 def _systems(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[tuple[str, Any]]:
-    out = [(f"baton, {kind}", baton[kind]) for kind in ("sqlite", "postgres") if kind in baton]
+    out = [(name, baton[key]) for key, name in BATON_RUNS if key in baton]
     if londiste:
         out.append(("Londiste 3 + PgQ, postgres", londiste))
     return out
@@ -37,11 +45,12 @@ def _systems(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[tup
 
 def summary(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
     out: list[str] = []
-    pg = baton.get("postgres")
-    if pg and londiste:
+    for name, pg in _systems(baton, None):
+        if "postgres" not in name or not londiste:
+            continue
         ratio = pg["throughput"]["events_per_s"] / londiste["throughput"]["events_per_s"]
         out.append(
-            f"- **Cascade throughput** (root -> branch -> leaf, PostgreSQL, target >= "
+            f"- **Cascade throughput** (root -> branch -> leaf, {name}, target >= "
             f"{THROUGHPUT_RATIO_TARGET:g}x Londiste 3): {_ok(ratio >= THROUGHPUT_RATIO_TARGET)}; "
             f"baton {_per_s(pg['throughput']['events_per_s'])}, Londiste "
             f"{_per_s(londiste['throughput']['events_per_s'])} ({ratio:.2f}x)."
@@ -49,8 +58,8 @@ def summary(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]
     for name, r in _systems(baton, None):
         lag5 = r["lag"]["5000"]
         out.append(
-            f"- **Cascade lag at 5,000 changes/s** ({name}, target p99 < {LAG_P99_TARGET:g} s): "
-            f"{_ok(lag5['p99'] < LAG_P99_TARGET)}; p50 {lag5['p50']:.3f} s, p99 "
+            f"- **Cascade lag at 5,000 changes/s** ({name}, target p99 <= {LAG_P99_TARGET:g} s): "
+            f"{_ok(lag5['p99'] <= LAG_P99_TARGET)}; p50 {lag5['p50']:.3f} s, p99 "
             f"{lag5['p99']:.3f} s."
         )
     eff = baton.get("efficiency")
@@ -91,6 +100,23 @@ def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
         lag = r["lag"]
         unseen = sum(int(lag[k]["unseen"]) for k in lag)
         lines.append(_row([name, _lag(lag["2000"]), _lag(lag["5000"]), str(unseen)]))
+    memory = [(name, r["memory"]) for name, r in systems if "memory" in r]
+    if memory:
+        lines += [
+            "",
+            _row(["peak resident memory", "Spark JVM", "largest Python worker"]),
+            _row(["---"] * 3),
+            *(
+                _row(
+                    [
+                        name,
+                        f"{m['jvm_peak_rss_mib']:,.0f} MiB",
+                        f"{m['python_worker_peak_rss_mib']:,.0f} MiB",
+                    ]
+                )
+                for name, m in memory
+            ),
+        ]
     eff = baton.get("efficiency")
     if eff:
         lines += [
@@ -139,9 +165,10 @@ def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]
         "`accounts(id bigint primary key, balance bigint, name text, updated_at)`, about 70% "
         "inserts, 20% updates and 10% deletes in transactions of 100 to 1,000 rows, every "
         "change one row-level trigger event. Both systems run root -> branch -> leaf: baton with "
-        "its node services (the root's ticker, a Spark Structured Streaming worker per "
-        "subscriber, one local SparkSession); Londiste 3.11 with `pgqd` and one `londiste "
-        "worker` per node, tuned for low lag (see `bench/londiste.py`). Each PostgreSQL run "
+        "its node services (the root's ticker, a Spark worker per subscriber, one local "
+        "SparkSession) in both worker modes: micro-batch (Structured Streaming) and "
+        "low-latency (one long-running Spark task per worker); Londiste 3.11 with `pgqd` "
+        "and one `londiste worker` per node, tuned for low lag (see `bench/londiste.py`). Each PostgreSQL run "
         "starts its own PostgreSQL 15 server with the same settings (fsync and synchronous "
         "commit off) and puts the three node databases on it.",
         "",
@@ -159,3 +186,49 @@ def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]
         "",
     ]
     return lines
+
+
+def plot(baton: dict[str, Any], londiste: dict[str, Any] | None, path: Path) -> None:
+    """Lag over the run at 5,000 changes/s, one line per system (matplotlib, from the bench
+    extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    for name, r in _systems(baton, londiste):
+        series = r["lag"]["5000"].get("series") or []
+        if series:
+            ax.plot([t for t, _ in series], [lag for _, lag in series], label=name, lw=1)
+    ax.set_xlabel("seconds into the run (a 100-change transaction every 20 ms)")
+    ax.set_ylabel("lag root -> leaf (s)")
+    ax.set_yscale("log")
+    ax.set_title("Cascade lag at 5,000 changes/s, root -> branch -> leaf")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m bench.cascade_report BATON.json [LONDISTE.json] [--plot PNG]``: section 9
+    from the JSON that ``python -m bench.cascade`` and ``python -m bench.londiste`` print."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.cascade_report")
+    parser.add_argument("baton", type=Path)
+    parser.add_argument("londiste", type=Path, nargs="?")
+    parser.add_argument("--plot", type=Path, help="write the lag plot (PNG) here")
+    args = parser.parse_args(argv)
+    baton = json.loads(args.baton.read_text())
+    londiste = json.loads(args.londiste.read_text()) if args.londiste else None
+    if args.plot:
+        plot(baton, londiste, args.plot)
+    print("\n".join([*section(baton, londiste), *summary(baton, londiste)]))
+
+
+if __name__ == "__main__":
+    main()

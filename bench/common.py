@@ -239,3 +239,54 @@ class LogReader:
 
     def close(self) -> None:
         self._db.close()
+
+
+# -- memory -----------------------------------------------------------------------------------
+
+
+def _status_kib(pid: int, field: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class PeakMemory:
+    """Samples, every half second, the resident memory of this process's Spark JVM and of the
+    Python workers under it (the source's and sink's workers, a low-latency task): the largest
+    seen of each while the block runs, in MiB."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.jvm_mib = 0.0
+        self.python_worker_mib = 0.0
+        self._halt = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="peak-memory")
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._halt.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        from baton.testing.processes import descendants, java_of
+
+        while not self._halt.wait(0.5):
+            for jvm in java_of(os.getpid()):
+                self.jvm_mib = max(self.jvm_mib, _status_kib(jvm, "VmRSS") / 1024)
+                for child in descendants(jvm):
+                    rss = _status_kib(child, "VmRSS") / 1024
+                    self.python_worker_mib = max(self.python_worker_mib, rss)
+
+    def result(self) -> dict[str, float]:
+        return {
+            "jvm_peak_rss_mib": round(self.jvm_mib, 1),
+            "python_worker_peak_rss_mib": round(self.python_worker_mib, 1),
+        }

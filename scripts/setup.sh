@@ -49,3 +49,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -c "import baton, redis, psycopg, pyspark, pyarrow"
   touch "$stamp"
 fi
+if [ "${BATON_BENCH:-0}" = 1 ] && ! .venv/bin/python -c "import matplotlib" 2>/dev/null; then
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,bench]" 2>&1 | grep -v "is ignored: it is neither" || true
+fi
