@@ -168,9 +168,9 @@ def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]
         "its node services (the root's ticker, a Spark worker per subscriber, one local "
         "SparkSession) in both worker modes: micro-batch (Structured Streaming) and "
         "low-latency (one long-running Spark task per worker); Londiste 3.11 with `pgqd` "
-        "and one `londiste worker` per node, tuned for low lag (see `bench/londiste.py`). Each PostgreSQL run "
-        "starts its own PostgreSQL 15 server with the same settings (fsync and synchronous "
-        "commit off) and puts the three node databases on it.",
+        "and one `londiste worker` per node, tuned for low lag (see `bench/londiste.py`). "
+        "Each PostgreSQL run starts its own PostgreSQL 15 server with the same settings "
+        "(fsync and synchronous commit off) and puts the three node databases on it.",
         "",
         f"- **Throughput**: {changes:,} changes are written on the root while the branch and "
         "leaf are stopped (baton: paused; Londiste: workers stopped), then both are started "
