@@ -283,10 +283,25 @@ def _progress(show: bool, total: int, what: str) -> Iterator[Callable[[int], Non
         yield lambda n: bar.advance(task, n)
 
 
+def insert_marker(target: Target) -> int:
+    """One row in ``accounts`` at ``target`` with an id above every other, committed when this
+    returns; its id."""
+    writer = _Writer(target)
+    try:
+        _, next_id = writer.state()
+        sql = "INSERT INTO accounts (id, balance, name, updated_at) VALUES ({0}, 0, 'marker', 0)"
+        writer.conn.execute(sql.format("%s" if writer.postgres else "?"), (next_id,))
+        if writer.postgres:
+            writer.conn.commit()
+        return next_id
+    finally:
+        writer.close()
+
+
 # -- reading -----------------------------------------------------------------------------------
 
 
-class _Reader:
+class Reader:
     """An autocommit connection (every query sees the latest commits, and a PostgreSQL reader
     holds no snapshot between queries)."""
 
@@ -321,7 +336,7 @@ class _Reader:
 
 def signature(target: Target) -> tuple[int, int]:
     """(row count, sum of ``id * 31 + balance``) of ``accounts`` at ``target``."""
-    reader = _Reader(target)
+    reader = Reader(target)
     try:
         return reader.signature()
     finally:
@@ -346,7 +361,7 @@ def wait_equal(
     at most one poll interval (plus the query time) late."""
     t0 = time.monotonic() if start is None else start
     deadline = time.monotonic() + timeout
-    src, dst = _Reader(root), _Reader(leaf)
+    src, dst = Reader(root), Reader(leaf)
     try:
         while True:
             seen = time.monotonic()
@@ -422,7 +437,7 @@ def steady(
     errors: list[BaseException] = []
 
     def probe() -> None:
-        reader = _Reader(leaf_target)
+        reader = Reader(leaf_target)
         try:
             drain_deadline: float | None = None
             while True:
