@@ -43,6 +43,9 @@ log = logging.getLogger("baton.cascade")
 #: a connection kept open).
 POLL = 0.005
 _GROUPS = itertools.count(1)
+#: Running tasks per SparkContext (by id): each holds a task slot for as long as it runs.
+_RUNNING: dict[int, set[TaskQuery]] = {}
+_RUNNING_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +110,27 @@ class TaskQuery:
 
     def __init__(self, spark: SparkSession, spec: Follow) -> None:
         self._sc = spark.sparkContext
-        self._group = f"baton-worker-{next(_GROUPS)}-{time.monotonic_ns()}"
         self._error: BaseException | None = None
         self.outcome: str | None = None
+        #: The task has ended (set last, by its thread): its slot is free.
+        self.done = False
         self._stopping = False
+        with _RUNNING_LOCK:
+            running = _RUNNING.setdefault(id(self._sc), set())
+            running.difference_update([q for q in running if q.done])
+            slots = int(self._sc.defaultParallelism)
+            if len(running) >= slots:
+                # A task that can never be scheduled would leave the node unapplied in
+                # silence: say so, and let the service try again (a slot frees when another
+                # worker stops).
+                raise CascadeError(
+                    f"no free Spark task slot for a low-latency worker of {spec.subscriber}: "
+                    f"the session runs {slots} task(s) at a time and {len(running)} low-latency "
+                    "worker(s) hold them; give Spark more cores (master local[N] or a cluster) "
+                    "or use mode micro-batch"
+                )
+            running.add(self)
+        self._group = f"baton-worker-{next(_GROUPS)}-{time.monotonic_ns()}"
         self._thread = threading.Thread(
             target=self._run, args=(spec,), daemon=True, name=self._group
         )
@@ -127,6 +147,8 @@ class TaskQuery:
         except BaseException as exc:  # reported through exception(), as a query does
             if not self._stopping:
                 self._error = exc
+        finally:
+            self.done = True
 
     @property
     def isActive(self) -> bool:

@@ -11,8 +11,8 @@ import pytest
 
 from baton.cascade import set_ops
 from baton.cascade.db import open_node_db
-from baton.errors import FencedOut
-from baton.spark.task import TaskQuery
+from baton.errors import CascadeError, FencedOut
+from baton.spark.task import Follow, TaskQuery
 from baton.spark.worker import LOW_LATENCY, Worker
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
@@ -36,6 +36,9 @@ def test_pause_provider_change_and_a_newer_worker(spark: SparkSession, tmp_path:
         s.add_table("accounts")
         s.start_workers()
         assert isinstance(s.workers["s2"].query, TaskQuery)
+        # Both slots of local[2] are held: a third task could never run, and is refused.
+        with pytest.raises(CascadeError, match="no free Spark task slot"):
+            TaskQuery(spark, Follow(s.location("s3"), "s2", s.location("s2"), epoch=99))
         run_workload(s.path("s1"), 40, seed=1)
         last = s.wait_synced(["s2", "s3"])
         expected = s.rows("s1")
