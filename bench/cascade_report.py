@@ -139,6 +139,21 @@ def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
                     f"{eff['plain_rows']:,} inserts",
                 ]
             ),
+            *(
+                [
+                    _row(
+                        [
+                            "the low-latency mode's step (read, reduce, apply: one transaction; "
+                            "what its task runs per batch, timed outside Spark)",
+                            f"{eff['low_latency_step_s']:.2f} s",
+                            _per_s(eff["changes"] / eff["low_latency_step_s"]),
+                            "upserts and deletes",
+                        ]
+                    )
+                ]
+                if "low_latency_step_s" in eff
+                else []
+            ),
             _row(
                 [
                     "the same apply as `foreachBatch` (rows through the driver)",
@@ -148,9 +163,14 @@ def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
                 ]
             ),
             "",
-            f"Efficiency (plain time / sink time): **{eff['efficiency']:.2f}**. Times are "
-            "Spark's `addBatch` duration of the one micro-batch (reading the source included), "
-            "the faster of two runs.",
+            f"Efficiency (plain time / sink time): **{eff['efficiency']:.2f}**"
+            + (
+                f"; of the low-latency step: **{eff['low_latency_efficiency']:.2f}**. "
+                if "low_latency_efficiency" in eff
+                else ". "
+            )
+            + "Times are Spark's `addBatch` duration of the one micro-batch (reading the source "
+            "included), the faster of two runs.",
         ]
     return lines
 

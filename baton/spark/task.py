@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
+    from baton.cascade.db import NodeDB
+
 log = logging.getLogger("baton.cascade")
 
 #: Seconds between two looks at the provider while nothing new is ticked (a read of one row on
@@ -67,38 +69,53 @@ def follow(spec: Follow) -> str:
     """Apply every batch the provider ticks to the node, one transaction per step, until the
     node no longer follows ``spec.provider_name`` at ``spec.epoch``: returns why (``"paused"``,
     ``"provider changed"``, ``"fenced"``, ``"promoted"``). Runs in a Spark task."""
-    from baton.cascade.apply import apply_batch, reduce_events
     from baton.cascade.db import open_node_db
+
+    with open_node_db(spec.subscriber) as db, open_node_db(spec.provider, readonly=True) as src:
+        while True:
+            done = step(db, src, spec)
+            if done == IDLE:
+                time.sleep(spec.poll)
+            elif done != APPLIED:
+                return done
+
+
+#: What :func:`step` did when the node goes on following.
+APPLIED, IDLE = "applied", "idle"
+
+
+def step(db: NodeDB, src: NodeDB, spec: Follow) -> str:
+    """One look at the provider ``src`` for the node ``db``: apply the next micro-batch in one
+    fenced transaction (:data:`APPLIED`), find nothing new (:data:`IDLE`), or say why the node
+    is no longer this task's to follow."""
+    from baton.cascade.apply import apply_batch, reduce_events
     from baton.cascade.model import ROW_TYPES
     from baton.spark.source import batch_ticks, next_end
 
-    epoch, name = spec.epoch, spec.provider_name
-    with open_node_db(spec.subscriber) as db, open_node_db(spec.provider, readonly=True) as src:
-        while True:
-            st = db.state()
-            if st.epoch > epoch:
-                return "fenced"
-            if st.paused:
-                return "paused"
-            if st.provider is None:
-                return "promoted"
-            if st.provider != name:
-                return "provider changed"
-            end = next_end(src, st.position, spec.max_ticks, spec.max_events)
-            if end <= st.position:
-                time.sleep(spec.poll)
-                continue
-            ticks = batch_ticks(src, spec.provider, st.position, end)
-            events = list(src.batch_events(st.position, end))
-            reduced = reduce_events(events)
-            if not st.role.carries_queue:
-                events = [e for e in events if e.type not in ROW_TYPES]
-            try:
-                apply_batch(db, ticks, reduced, events, epoch, provider=name)
-            except FencedOut:
-                # A newer worker applied between this one's look at the epoch and its
-                # transaction: nothing of this one's was applied, and nothing will be.
-                return "fenced"
+    st = db.state()
+    if st.epoch > spec.epoch:
+        return "fenced"
+    if st.paused:
+        return "paused"
+    if st.provider is None:
+        return "promoted"
+    if st.provider != spec.provider_name:
+        return "provider changed"
+    end = next_end(src, st.position, spec.max_ticks, spec.max_events)
+    if end <= st.position:
+        return IDLE
+    ticks = batch_ticks(src, spec.provider, st.position, end)
+    events = list(src.batch_events(st.position, end))
+    reduced = reduce_events(events)
+    if not st.role.carries_queue:
+        events = [e for e in events if e.type not in ROW_TYPES]
+    try:
+        apply_batch(db, ticks, reduced, events, spec.epoch, provider=spec.provider_name)
+    except FencedOut:
+        # A newer worker applied between this one's look at the epoch and its transaction:
+        # nothing of this one's was applied, and nothing will be.
+        return "fenced"
+    return APPLIED
 
 
 def _run_partition(spec: Follow) -> Iterator[str]:
