@@ -100,6 +100,34 @@ def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
         lag = r["lag"]
         unseen = sum(int(lag[k]["unseen"]) for k in lag)
         lines.append(_row([name, _lag(lag["2000"]), _lag(lag["5000"]), str(unseen)]))
+    switches = [(name, r["switchover"]) for name, r in systems if "switchover" in r]
+    if switches:
+        lines += [
+            "",
+            _row(
+                [
+                    "planned switchover at 2,000 changes/s",
+                    "command -> first write at the new root p50",
+                    "-> the leaf shows it p50 / max",
+                    "nodes differing after",
+                ]
+            ),
+            _row(["---"] * 4),
+        ]
+        for name, sw in switches:
+            if "error" in sw:
+                lines.append(_row([name, "failed", sw["error"][:80], ""]))
+                continue
+            lines.append(
+                _row(
+                    [
+                        name,
+                        f"{sw['to_new_root_write_p50']:.2f} s",
+                        f"{sw['to_leaf_p50']:.2f} / {sw['to_leaf_max']:.2f} s",
+                        f"{sw['nodes_differing']} ({sw['trials']} switches)",
+                    ]
+                )
+            )
     memory = [(name, r["memory"]) for name, r in systems if "memory" in r]
     if memory:
         lines += [
@@ -195,12 +223,21 @@ def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]
         f"- **Throughput**: {changes:,} changes are written on the root while the branch and "
         "leaf are stopped (baton: paused; Londiste: workers stopped), then both are started "
         "and timed until the leaf's table equals the root's (count and checksum). baton's time "
-        "includes restarting two streaming queries (about a second).",
+        "includes restarting two streaming queries or tasks (about a second).",
         "- **Lag**: a writer commits 100-change transactions at a steady rate; a prober reads "
         "the leaf's `max(id)` every 10 ms; lag is commit to first probe that sees it.",
         "- **Apply efficiency** (PostgreSQL only): one micro-batch of every change applied by "
         "baton's sink against a plain Spark write of the same rows from the same source.",
-        "- baton's workers apply in a Spark Python worker through the `batonapply` sink.",
+        "- **Planned switchover**: a writer at 2,000 changes/s on the root stops, at once the "
+        "switch runs (baton: `switchover`; Londiste: `takeover`), then one row is written at "
+        "the new root; times from the command to that row's commit and to the leaf showing "
+        "it. The root alternates between two nodes over four switches; then every node is "
+        "compared with the root.",
+        "- baton's micro-batch workers apply in a Spark Python worker through the `batonapply` "
+        "sink; its low-latency workers in one long-running Spark task each "
+        "([spark.md](spark.md#worker-modes-micro-batch-or-low-latency)).",
+        "",
+        "![lag over a run at 5,000 changes/s](cascade-lag.png)",
         "",
         *tables(baton, londiste),
         "",
