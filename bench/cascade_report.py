@@ -145,6 +145,7 @@ def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
                 for name, m in memory
             ),
         ]
+    lines += hops_table(baton.get("hops"))
     eff = baton.get("efficiency")
     if eff:
         lines += [
@@ -200,6 +201,30 @@ def tables(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
             + "Times are Spark's `addBatch` duration of the one micro-batch (reading the source "
             "included), the faster of two runs.",
         ]
+    return lines
+
+
+#: The parts of a micro-batch Spark reports (``durationMs``), in the order they run.
+PARTS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
+def hops_table(hops: dict[str, Any] | None) -> list[str]:
+    """Where a micro-batch's time goes (:mod:`bench.hops`): p50 ms of each part."""
+    if not hops:
+        return []
+    heads = ["p50 ms per micro-batch", *PARTS, "whole trigger"]
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for sink, r in (hops.get("floor") or {}).items():
+        rows.append((f"floor: a one-row Python source into `{sink}`", r))
+    for key, r in hops.items():
+        if "/" in key:
+            for node in ("branch", "leaf"):
+                if r.get(node, {}).get("batches"):
+                    rows.append((f"baton {node}, {key}, 5,000 changes/s", r[node]))
+    lines = ["", _row(heads), _row(["---"] * len(heads))]
+    for name, r in rows:
+        cells = [f"{r[p]['p50']:.0f}" for p in (*PARTS, "triggerExecution")]
+        lines.append(_row([name, *cells]))
     return lines
 
 

@@ -175,14 +175,14 @@ def hops(
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.hops", description=__doc__)
-    parser.add_argument("--kind", action="append", choices=("sqlite", "postgres"))
-    parser.add_argument("--rate", type=int, default=5000)
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--no-floor", action="store_true")
-    parser.add_argument("--mode", action="append", choices=MODES)
-    args = parser.parse_args(argv)
+def hops_bench(
+    kinds: tuple[str, ...] = ("sqlite",),
+    modes: tuple[str, ...] = (MICRO_BATCH,),
+    rate: int = 5000,
+    seconds: float = 20.0,
+    with_floor: bool = True,
+) -> dict[str, Any]:
+    """The floor and each kind's hops in each mode, in one Spark session of its own."""
     # Spark's Python workers import the floor source from the repository (bench is not
     # installed): they inherit the JVM's environment, which inherits this one.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -192,15 +192,33 @@ def main(argv: list[str] | None = None) -> None:
     with temp_dir("hops") as directory:
         spark = bench_session(directory)
         try:
-            if not args.no_floor:
-                result["floor"] = floor(spark, directory, min(args.seconds, 10.0))
-            for kind in args.kind or ("sqlite",):
-                for mode in args.mode or (MICRO_BATCH,):
+            if with_floor:
+                result["floor"] = floor(spark, directory, min(seconds, 10.0))
+            for kind in kinds:
+                for mode in modes:
                     result[f"{kind}/{mode}"] = hops(
-                        spark, kind, directory, args.rate, args.seconds, mode=mode
+                        spark, kind, directory, rate, seconds, mode=mode
                     )
         finally:
             spark.stop()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.hops", description=__doc__)
+    parser.add_argument("--kind", action="append", choices=("sqlite", "postgres"))
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--no-floor", action="store_true")
+    parser.add_argument("--mode", action="append", choices=MODES)
+    args = parser.parse_args(argv)
+    result = hops_bench(
+        tuple(args.kind or ("sqlite",)),
+        tuple(args.mode or (MICRO_BATCH,)),
+        args.rate,
+        args.seconds,
+        not args.no_floor,
+    )
     print(json.dumps(result, indent=2))
 
 

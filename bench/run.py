@@ -13,8 +13,10 @@ Benchmarks (each starts its own servers in a temp dir and stops them, except ``p
               for 10k objects on 50 nodes, and its moves versus ``lower_bound`` when one of
               10 nodes is lost and returns
 ``cascade``   cascaded replication root -> branch -> leaf: baton (SQLite and PostgreSQL, with
-              Spark) and Londiste 3 + PgQ as the reference (events/s, lag at 2k and 5k
-              changes/s, apply efficiency); about 12 minutes (3 with ``--quick``)
+              Spark, in both worker modes) and Londiste 3 + PgQ as the reference (events/s, lag
+              at 2k and 5k changes/s, planned switchover, memory, apply efficiency), then where
+              a micro-batch's time goes (:mod:`bench.hops`); about 25 minutes (6 with
+              ``--quick``)
 ``channels``  live channels on 3 ``baton node`` agents: delivery latency, memory and CPU with
               1k and 10k WebSocket subscribers at 100 publications/s, against every node
               running its own upstream; the time subscribers on survivors take to receive from
@@ -132,10 +134,13 @@ def _groups(res: Results, backend: str, trials: int) -> None:
 
 def _cascade(res: Results, quick: bool) -> None:
     from bench.cascade import cascade_bench
+    from bench.hops import hops_bench
     from bench.londiste import londiste_bench
 
     res.cascade = cascade_bench(quick)
     say(f"baton: {res.cascade}")
+    # Where a micro-batch's time goes (section 9's breakdown): its own Spark session, after.
+    res.cascade["hops"] = hops_bench(seconds=10.0 if quick else 20.0)
     res.londiste = londiste_bench(quick)
     say(f"londiste: {res.londiste}")
 
