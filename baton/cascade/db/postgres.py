@@ -636,21 +636,18 @@ class PostgresNodeDB(NodeDB):
 
     def copy_batch(self, cur: Any, events: Sequence[Event], ticks: Sequence[Tick]) -> None:
         if events:
-            cur.execute(
-                "INSERT INTO baton_event (ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, "
-                "ev_data, ev_tick) SELECT * FROM unnest(%b::bigint[], %b::bigint[], "
-                "%b::float8[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[])",
-                [
-                    [e.ev_id for e in events],
-                    [e.txid for e in events],
-                    [e.time for e in events],
-                    [e.type for e in events],
-                    [e.table for e in events],
-                    [e.key for e in events],
-                    [e.data for e in events],
-                    [e.tick for e in events],
-                ],
-            )
+            # COPY in binary: the rows are dumped by psycopg's C code and loaded without a
+            # statement to plan; the arrays of an INSERT ... unnest were dumped in Python (a
+            # quarter of a large batch's time on a branch, profiled).
+            with cur.copy(
+                "COPY baton_event (ev_id, ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data, "
+                "ev_tick) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["int8", "int8", "float8", "text", "text", "text", "text", "int8"])
+                for e in events:
+                    copy.write_row(
+                        (e.ev_id, e.txid, e.time, e.type, e.table, e.key, e.data, e.tick)
+                    )
         if ticks:
             cur.execute(
                 "INSERT INTO baton_tick (tick_id, ev_high, snapshot, tick_time) "
