@@ -553,3 +553,52 @@ def catch_up(
         "root_to_leaf_s": leaf_s,
         "events_per_s": changes / leaf_s,
     }
+
+
+def switchovers(
+    target: Callable[[str], Target],
+    switch: Callable[[str, str], object],
+    trials: int,
+    rate: int = 2000,
+    timeout: float = 120.0,
+) -> dict[str, Any]:
+    """Planned switchovers under a steady writer, measured the same way for every system:
+    the root alternates between the nodes ``root`` and ``branch`` (the leaf stays under
+    ``branch``). Each trial: a writer at ``rate`` changes/s on the root for 2 s stops (the
+    application's step before a switch), at once ``switch(old, new)`` runs, then one marker row
+    is written at the new root. Times from the command to the marker's commit (the writers'
+    gap) and to the leaf showing it; after the last trial, how many nodes differ from the root.
+    ``target(node)`` is where a node's tables are."""
+    accepted: list[float] = []
+    at_leaf: list[float] = []
+    for i in range(trials):
+        old, new = ("root", "branch") if i % 2 == 0 else ("branch", "root")
+        steady(target(old), target("leaf"), rate, 2.0, seed=200 + i, drain=0.0)
+        t0 = time.monotonic()
+        switch(old, new)
+        marker = insert_marker(target(new))
+        accepted.append(time.monotonic() - t0)
+        leaf = Reader(target("leaf"))
+        try:
+            deadline = time.monotonic() + timeout
+            while leaf.max_id() < marker:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the leaf did not show the row written after a switch")
+                time.sleep(0.002)
+        finally:
+            leaf.close()
+        at_leaf.append(time.monotonic() - t0)
+    root = target("root" if trials % 2 == 0 else "branch")
+    others = (target("branch" if trials % 2 == 0 else "root"), target("leaf"))
+    for other in others:
+        wait_equal(root, other, timeout)
+    return {
+        "trials": trials,
+        "rate": rate,
+        "to_new_root_write_s": accepted,
+        "to_leaf_s": at_leaf,
+        "to_new_root_write_p50": _quantile(accepted, 0.5),
+        "to_leaf_p50": _quantile(at_leaf, 0.5),
+        "to_leaf_max": max(at_leaf),
+        "nodes_differing": sum(signature(o) != signature(root) for o in others),
+    }

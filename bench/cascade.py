@@ -48,7 +48,7 @@ from baton.service.node import NodeService
 from baton.spark.worker import MICRO_BATCH, MODES
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
-from bench.common import PeakMemory, loadavg, quantile, temp_dir
+from bench.common import PeakMemory, loadavg, temp_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -229,49 +229,14 @@ def lag(s: BatonSet, rates: tuple[int, ...], seconds: float) -> dict[str, Any]:
 
 
 def switchover(s: BatonSet, trials: int, rate: int = 2000) -> dict[str, Any]:
-    """Planned switchovers under a steady writer, alternating the root between ``root`` and
-    ``branch`` (the leaf stays under ``branch``). Each trial: the writer writes to the root at
-    ``rate`` changes/s for 2 s and stops (the application's step before a switch), at once
-    ``switchover`` runs; then one marker row is written at the new root. Times from the
-    command: to the marker's commit at the new root (the writers' gap) and to the leaf showing
-    it. Rows lost: the leaf and the old root against the new root after the last trial."""
-    accepted: list[float] = []
-    at_leaf: list[float] = []
-    for i in range(trials):
-        old, new = ("root", "branch") if i % 2 == 0 else ("branch", "root")
-        accounts_load.steady(s.target(old), s.target("leaf"), rate, 2.0, seed=200 + i, drain=0.0)
-        t0 = time.monotonic()
+    """Planned switchovers (``set_ops.switchover``, what ``baton cascade switchover`` runs)
+    under a steady writer: :func:`bench.accounts_load.switchovers`."""
+
+    def switch(old: str, new: str) -> None:
         set_ops.switchover(CascadeSet(s.target(old)), new, timeout=60)
-        marker = accounts_load.insert_marker(s.target(new))
-        accepted.append(time.monotonic() - t0)
-        leaf = accounts_load.Reader(s.target("leaf"))
-        try:
-            deadline = time.monotonic() + 60
-            while leaf.max_id() < marker:
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the leaf did not show the marker written after a switch")
-                time.sleep(0.002)
-        finally:
-            leaf.close()
-        at_leaf.append(time.monotonic() - t0)
         s.check()
-    root = s.target("root" if trials % 2 == 0 else "branch")
-    accounts_load.wait_equal(root, s.target("leaf"), 120)
-    others = ("branch" if trials % 2 == 0 else "root", "leaf")
-    accounts_load.wait_equal(root, s.target(others[0]), 120)
-    lost = sum(
-        accounts_load.signature(s.target(n)) != accounts_load.signature(root) for n in others
-    )
-    return {
-        "trials": trials,
-        "rate": rate,
-        "to_new_root_write_s": accepted,
-        "to_leaf_s": at_leaf,
-        "to_new_root_write_p50": quantile(accepted, 0.5),
-        "to_leaf_p50": quantile(at_leaf, 0.5),
-        "to_leaf_max": max(at_leaf),
-        "nodes_differing": lost,
-    }
+
+    return accounts_load.switchovers(s.target, switch, trials, rate)
 
 
 # -- apply efficiency -----------------------------------------------------------------------

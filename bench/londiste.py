@@ -73,7 +73,7 @@ import psycopg
 
 from baton.testing.servers import PG_BIN, PostgresServer
 from bench import accounts_load
-from bench.common import BenchError, loadavg, quantile, temp_dir
+from bench.common import BenchError, loadavg, temp_dir
 
 #: The Debian packages of Londiste 3 and PgQ. ``postgresql-15-londiste-sql`` holds the
 #: ``londiste`` extension that ``londiste create-root`` installs; ``python3-londiste`` does not
@@ -345,50 +345,15 @@ def throughput(c: Cascade, changes: int, seed: int) -> dict[str, float]:
 
 
 def takeover(c: Cascade, trials: int, rate: int = 2000) -> dict[str, Any]:
-    """The planned switchover measured as :func:`bench.cascade.switchover` measures baton's:
-    a writer at ``rate`` changes/s on the root for 2 s stops, at once ``londiste <new>.ini
-    takeover <old>`` runs (the root alternating between ``root`` and ``branch``; the leaf stays
-    under ``branch``), then one marker row is written at the new root. Times from the command
-    to the marker's commit and to the leaf showing it. A failed takeover is reported, not
+    """Londiste's planned switchover (``londiste <new>.ini takeover <old>``) measured as
+    baton's is (:func:`bench.accounts_load.switchovers`). A failed takeover is reported, not
     raised (the other figures stand)."""
-    accepted: list[float] = []
-    at_leaf: list[float] = []
     try:
-        for i in range(trials):
-            old, new = ("root", "branch") if i % 2 == 0 else ("branch", "root")
-            accounts_load.steady(c.url(old), c.url("leaf"), rate, 2.0, seed=200 + i, drain=0.0)
-            t0 = time.monotonic()
-            c.londiste(new, "takeover", old)
-            marker = accounts_load.insert_marker(c.url(new))
-            accepted.append(time.monotonic() - t0)
-            leaf = accounts_load.Reader(c.url("leaf"))
-            try:
-                deadline = time.monotonic() + 120
-                while leaf.max_id() < marker:
-                    if time.monotonic() > deadline:
-                        raise BenchError("the leaf did not show the marker after a takeover")
-                    time.sleep(0.002)
-            finally:
-                leaf.close()
-            at_leaf.append(time.monotonic() - t0)
-    except (BenchError, subprocess.TimeoutExpired) as exc:
-        return {"error": str(exc)[:500], "to_new_root_write_s": accepted, "to_leaf_s": at_leaf}
-    root = c.url("root" if trials % 2 == 0 else "branch")
-    others = (c.url("branch" if trials % 2 == 0 else "root"), c.url("leaf"))
-    for other in others:
-        accounts_load.wait_equal(root, other, 120)
-    return {
-        "trials": trials,
-        "rate": rate,
-        "to_new_root_write_s": accepted,
-        "to_leaf_s": at_leaf,
-        "to_new_root_write_p50": quantile(accepted, 0.5),
-        "to_leaf_p50": quantile(at_leaf, 0.5),
-        "to_leaf_max": max(at_leaf),
-        "nodes_differing": sum(
-            accounts_load.signature(o) != accounts_load.signature(root) for o in others
-        ),
-    }
+        return accounts_load.switchovers(
+            c.url, lambda old, new: c.londiste(new, "takeover", old), trials, rate
+        )
+    except (BenchError, TimeoutError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)[:500]}
 
 
 def londiste_bench(quick: bool, settings: Settings | None = None) -> dict[str, Any]:
