@@ -56,7 +56,15 @@ def test_spec_hooks_of_the_builtin_types() -> None:
     assert worker.validate_spec({"location": "sqlite:///d/s2.db"}) == {
         "location": "sqlite:///d/s2.db"
     }
-    for bad in ({}, {"location": 3}, {"location": "mysql://h/db"}, {"location": "x", "y": 1}):
+    low = {"location": "sqlite:///d/s2.db", "mode": "low-latency"}
+    assert worker.validate_spec(low) == low
+    for bad in (
+        {},
+        {"location": 3},
+        {"location": "mysql://h/db"},
+        {"location": "x", "y": 1},
+        {"location": "sqlite:///d/s2.db", "mode": "fast"},
+    ):
         with pytest.raises(SpecError, match="cascade-worker spec"):
             worker.validate_spec(bad)
     with pytest.raises(SpecError) as info:  # a refused URL is shown without its password
