@@ -233,6 +233,10 @@ def test_false_positive_guard_under_partition(tmp_path: Path) -> None:
         ) as c,
     ):
         ctl, _ = c.wait_for(c.controller)
+        # Every node live before the objects exist: placed while only the controller had
+        # joined, every group would keep the controller as its leader, and no group would be
+        # left to cut off from it (a CI run on a slow machine timed out that way).
+        c.wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=30)
         run(_create(c.store_url, [("counter", f"g{i}", 3) for i in range(6)]))
         group = c.wait_for(lambda: _blocked_group(c, ctl), timeout=60)
         leader = c.node(group["leader"])
