@@ -121,14 +121,13 @@ class BatonSet:
         for n in NODES:
             service = NodeService(loc[n], epoch=1, spark=lambda: self.spark, mode=self.mode)
             self.services[n] = service
-            interval = service.ticker.period if n == "root" else CHECK_INTERVAL
             thread = threading.Thread(
-                target=self._run, args=(service, interval), daemon=True, name=f"bench-{n}"
+                target=self._run, args=(service,), daemon=True, name=f"bench-{n}"
             )
             thread.start()
             self.threads.append(thread)
 
-    def _run(self, service: NodeService, interval: float) -> None:
+    def _run(self, service: NodeService) -> None:
         # The ticker steps at its period; a subscriber's check at CHECK_INTERVAL. A node's role
         # changes in a switchover, and its pace with it.
         failing_since: float | None = None

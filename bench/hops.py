@@ -64,7 +64,7 @@ class Collector:
 
     def __init__(self, queries: dict[str, Any]) -> None:
         self.queries = queries  # name -> callable returning the current query or None
-        self.seen: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+        self.seen: dict[str, dict[tuple[str, int], dict[str, Any]]] = defaultdict(dict)
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="hops-collector")
 
@@ -85,7 +85,7 @@ class Collector:
             try:
                 for p in query.recentProgress:
                     key = (p.id, p.batchId)
-                    self.seen[name][hash(key)] = {
+                    self.seen[name][key] = {
                         "durationMs": dict(p.durationMs),
                         "numInputRows": p.numInputRows,
                     }
