@@ -30,6 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from baton.cascade import queue_events
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB
 from baton.cascade.model import DELETE, ROW_TYPES, WATERMARK, Event, Role, Tick
@@ -174,6 +175,7 @@ def apply_batch(
                 # shows exactly the node's position (a provider's ``ok`` table must, for
                 # the copies its subscribers make: see node_ops.copy_ready).
                 db.set_table(cur, table, "ok", skip[table])
+        queue_events.apply_special(db, cur, st, events or ())
         copied = 0
         if st.role.carries_queue and st.role is not Role.ROOT:
             if events is None:
