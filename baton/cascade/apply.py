@@ -33,7 +33,16 @@ from typing import Any
 from baton.cascade import queue_events
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB
-from baton.cascade.model import DELETE, ROW_TYPES, WATERMARK, Event, Role, Tick
+from baton.cascade.model import (
+    DELETE,
+    PARTITION_TICK,
+    ROW_TYPES,
+    WATERMARK,
+    Event,
+    NodeState,
+    Role,
+    Tick,
+)
 from baton.errors import CascadeError, FencedOut
 
 
@@ -125,6 +134,40 @@ def write_rows(
     return rows
 
 
+def merge_events(
+    db: NodeDB,
+    cur: Any,
+    st: NodeState,
+    events: Sequence[Event],
+    *,
+    tables: Mapping[str, str],
+    skip_upto: Mapping[str, int],
+    shown: Mapping[str, Collection[int]],
+    end: int,
+) -> int:
+    """A merge-leaf's batch into the combined set's queue: the row events it applied (the
+    same filter as :func:`rows_by_table`, but every one, not only each key's last) and custom
+    events, then a :data:`PARTITION_TICK` for ``end``; the host notes ``end`` as merged. The
+    partition's watermark events stay in the partition set. The number of events queued."""
+    out: list[Event] = []
+    for e in events:
+        if e.type == WATERMARK:
+            continue
+        if e.type in ROW_TYPES:
+            if e.table is None or tables.get(e.table, "copying") == "copying":
+                continue
+            if e.tick is not None and e.tick <= skip_upto.get(e.table, 0):
+                continue
+            if e.ev_id in shown.get(e.table, ()):
+                continue
+        out.append(e)
+    mark = json.dumps({"set": st.set_name, "tick": end})
+    out.append(Event(0, 0.0, PARTITION_TICK, None, None, mark))
+    db.insert_events(cur, out)
+    db.track_partition(cur, st.set_name, end)
+    return len(out)
+
+
 def apply_batch(
     db: NodeDB,
     ticks: Sequence[Tick],
@@ -160,10 +203,18 @@ def apply_batch(
             raise CascadeError(
                 f"{st.name} is at tick {st.position} but the batch starts at tick {first}"
             )
+        if st.merge_leaf and (
+            db.host_role() is not Role.ROOT or db.host_get("switch_tick") is not None
+        ):
+            # The merge-leaf of a combined-failover only tracks: its position moves with the
+            # partition ticks the combined set brings (NodeDB.track_partition). A combined
+            # root handing its role over (a switchover) merges nothing after its last tick.
+            return ApplyResult(False, st.position, detail="tracking")
         tables = db.tables()
         skip = {t: db.table_tick(t) for t in tables}
         reflected = db.reflected()
         shown = {t: ids for t, (_, ids) in reflected.items()}
+        mark = db.capture_mark(cur) if st.merge_leaf else 0
         rows = write_rows(db, cur, rows_by_table(db, reduced, tables, skip, shown))
         for table, (upto, _) in reflected.items():
             if upto <= end:  # every event the copy showed has come by: nothing left to skip
@@ -182,6 +233,16 @@ def apply_batch(
                 raise CascadeError("a branch needs the batch's events to copy them")
             db.copy_batch(cur, list(events), ticks)
             copied = len(events)
+        if st.merge_leaf:
+            # Seed 004's merge-leaf: the combined root's tables capture the rows just written;
+            # the combined queue gets the partition's own events instead (every row version,
+            # in order), and the partition tick, in this same transaction.
+            if events is None:
+                raise CascadeError("a merge-leaf needs the batch's events to copy them")
+            db.drop_captured(cur, mark)
+            copied = merge_events(
+                db, cur, st, events, tables=tables, skip_upto=skip, shown=shown, end=end
+            )
         for e in events or ():
             if e.type == WATERMARK and e.data:
                 wm = int(json.loads(e.data)["tick"])
@@ -189,6 +250,9 @@ def apply_batch(
                     db.set_local(cur, "global_watermark", str(wm))
                     if st.role.carries_queue:
                         db.trim(cur, wm)
+            elif e.type == PARTITION_TICK and e.data and not st.merge_leaf:
+                part = json.loads(e.data)
+                db.track_partition(cur, str(part["set"]), int(part["tick"]))
         db.set_local(cur, "position", str(end))
         db.set_local(cur, "epoch", str(max(epoch, st.epoch)))
     return ApplyResult(True, end, rows, copied)

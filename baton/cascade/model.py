@@ -18,6 +18,10 @@ INSERT, UPDATE, DELETE = "I", "U", "D"
 ROW_TYPES = frozenset({INSERT, UPDATE, DELETE})
 #: The root's global watermark travels down as an event of this type (data: the tick id).
 WATERMARK = "baton.watermark"
+#: A merge-leaf adds one to the combined set's queue with each partition batch it merges
+#: (data: the partition set and its tick), so that every node of the combined set knows how
+#: far the combined set holds each partition (seed 004: "send tick_id to queue").
+PARTITION_TICK = "baton.partition-tick"
 
 
 class Role(enum.StrEnum):
@@ -92,3 +96,10 @@ class NodeState:
     paused: bool
     #: The lowest tick every node of the set has applied (events below it may be deleted).
     global_watermark: int
+    #: For a merge-leaf (a leaf hosted in a node of another set, the combined set, whose queue
+    #: it fills): that set's name.
+    combined: str | None = None
+
+    @property
+    def merge_leaf(self) -> bool:
+        return self.combined is not None

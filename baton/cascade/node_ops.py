@@ -13,7 +13,9 @@ from pathlib import Path
 
 from baton.cascade.apply import apply_batch, reduce_events, rows_by_table, write_rows
 from baton.cascade.db import NodeDB, open_node_db
+from baton.cascade.db.base import split_location
 from baton.cascade.model import ROW_TYPES, Event, NodeState, Role, TableCopy
+from baton.cascade.queue_events import QUEUE_ONLY
 from baton.errors import CascadeInputError, Refused
 
 #: A node or set name (the node API's schema uses the same pattern).
@@ -56,7 +58,7 @@ def installed(location: str) -> NodeState | None:
     """The state of the node at ``location``, or None when it is not one yet (without creating
     an SQLite file that does not exist, nor a directory)."""
     if location.startswith("sqlite://"):
-        path = Path(location.removeprefix("sqlite://"))
+        path = Path(split_location(location)[0].removeprefix("sqlite://"))
         if not path.exists():
             if path.name and not path.parent.is_dir():
                 raise CascadeInputError(f"{location}: directory {path.parent} does not exist")
@@ -89,7 +91,8 @@ def create_root(name: str, location: str, set_name: str) -> None:
             db.make_tick(cur)
 
 
-def _provider_db(provider: str, via: str, readonly: bool = False) -> NodeDB:
+def provider_db(provider: str, via: str, readonly: bool = False) -> NodeDB:
+    """Node ``provider`` of the set at ``via``, refused when unknown or tagged dead."""
     """The provider's database, found by name in the node list at ``via`` (a location);
     ``readonly`` when only reading it (see :func:`open_node_db`)."""
     with open_node_db(via) as db:
@@ -103,7 +106,12 @@ def _provider_db(provider: str, via: str, readonly: bool = False) -> NodeDB:
 
 
 def create_subscriber(
-    role: Role, name: str, location: str, provider: str, provider_location: str
+    role: Role,
+    name: str,
+    location: str,
+    provider: str,
+    provider_location: str,
+    queue_only: bool = False,
 ) -> NodeState:
     """Add a branch or leaf ``name`` at ``location`` subscribing to ``provider`` (found through
     the node list at ``provider_location``); the new node's state. A re-run finishes the job,
@@ -112,6 +120,8 @@ def create_subscriber(
     check_name(name)
     if role is Role.ROOT:
         raise CascadeInputError("use create-root for a root")
+    if queue_only and role is not Role.BRANCH:
+        raise CascadeInputError("only a branch can be queue-only (a leaf has no queue)")
     before = installed(location)
     if before is not None and (before.role, before.provider) != (role, provider):
         with open_node_db(provider_location) as via:
@@ -121,7 +131,7 @@ def create_subscriber(
                 f"{location} is already node {name}, a {before.role} of {before.provider}: "
                 "use change-provider to move it"
             )
-    with _provider_db(provider, provider_location) as prov:
+    with provider_db(provider, provider_location) as prov:
         pst = prov.state()
         if not pst.role.carries_queue:
             raise Refused(f"{provider} is a leaf: it has no queue to provide")
@@ -133,6 +143,9 @@ def create_subscriber(
                 st = db.state()
                 if st.name != name or st.set_name != pst.set_name:
                     raise Refused(f"{location} is already node {st.name} of {st.set_name}")
+                if is_queue_only(db) != queue_only:
+                    what = "a queue-only branch" if queue_only else "a branch with tables"
+                    raise Refused(f"{location} is already node {name}, not {what}")
             else:
                 start = prov.last_tick()
                 if start is None:
@@ -144,6 +157,8 @@ def create_subscriber(
                     db.put_node(cur, name, location)
                     if role.carries_queue:
                         db.copy_batch(cur, [], [start])  # the base tick batches start from
+                    if queue_only:
+                        db.set_local(cur, QUEUE_ONLY, "1")
                     for key, value in (
                         ("set_name", pst.set_name),
                         ("role", role.value),
@@ -186,6 +201,10 @@ def add_table(location: str, table: str) -> str:
     ``copying``; the node's worker then copies it with Spark (:func:`copy_table`)."""
     with open_node_db(location) as db:
         st = db.state()
+        if is_queue_only(db):
+            raise Refused(
+                f"{st.name} is queue-only: it keeps only the queue and replicates no tables"
+            )
         cols, pk = table_shape(db, table, st.name)
         if st.role is Role.ROOT:
             with db.transaction() as cur:
@@ -196,18 +215,39 @@ def add_table(location: str, table: str) -> str:
         if current is not None:
             return current
         assert st.provider is not None
-        with _provider_db(st.provider, location, readonly=True) as prov:
+        with provider_db(st.provider, location, readonly=True) as prov:
             if table not in prov.tables():
-                raise Refused(f"provider {st.provider} does not replicate {table!r}")
+                why = " (it is queue-only: it keeps only the queue)" if is_queue_only(prov) else ""
+                raise Refused(
+                    f"provider {st.provider} does not replicate {table!r}{why}, so it cannot "
+                    f"provide its initial copy: move {st.name} to a provider that replicates "
+                    "it with change-provider (see candidates), or add it there first"
+                )
             pcols, ppk = prov.columns(table)
             if not same_shape((cols, pk), (pcols, ppk)):
                 raise Refused(
                     f"{table}: columns {cols} (key {pk}) differ from the provider's {pcols} "
                     f"(key {ppk})"
                 )
+        state = "copying"
+        if st.merge_leaf:
+            state = merge_table_state(db, table)
         with db.transaction() as cur:
-            db.set_table(cur, table, "copying", 0)
-        return "copying"
+            db.set_table(cur, table, state, 0)
+        return state
+
+
+def merge_table_state(db: NodeDB, table: str) -> str:
+    """The first state of ``table`` added to a merge-leaf (``db``): the combined set's node
+    hosting it must replicate the table, with the partition's shape. At a combined root the
+    partition's rows are copied in (``copying``, without emptying the table: other partitions
+    fill it too); a combined-failover's merge-leaf only tracks, and its host receives the rows
+    through the combined set (``ok``)."""
+    if table not in db.host_tables():
+        raise Refused(
+            f"the combined set's node here does not replicate {table!r}: add it there first"
+        )
+    return "copying" if db.host_role() is Role.ROOT else "ok"
 
 
 def copy_ready(location: str, table: str) -> bool:
@@ -220,7 +260,7 @@ def copy_ready(location: str, table: str) -> bool:
         st = db.state()
         if db.tables().get(table) != "copying" or st.provider is None:
             return False
-    with _provider_db(st.provider, location, readonly=True) as prov:
+    with provider_db(st.provider, location, readonly=True) as prov:
         return prov.tables().get(table) == "ok"
 
 
@@ -243,7 +283,7 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
         assert st.provider is not None
         _, pk = db.columns(table)
         cols, _ = db.columns(table)
-        with _provider_db(st.provider, location, readonly=True) as prov:
+        with provider_db(st.provider, location, readonly=True) as prov:
             if prov.tables().get(table) != "ok":
                 return "copying"  # the provider has not copied it whole yet: wait for it
             pst = prov.state()
@@ -251,8 +291,9 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
             tick = base.tick_id if base else 0
             copy = read(prov.location, table, tick)
             with db.transaction() as cur:
-                old = db.read_rows(table)  # a re-run starts the copy afresh
-                db.delete_keys(cur, table, pk, [[r[cols.index(c)] for c in pk] for r in old])
+                if not st.merge_leaf:  # a merge-leaf's table holds other partitions' rows too
+                    old = db.read_rows(table)  # a re-run starts the copy afresh
+                    db.delete_keys(cur, table, pk, [[r[cols.index(c)] for c in pk] for r in old])
                 db.upsert(cur, table, copy.columns, copy.rows)
                 position = db.state().position
                 if position > tick:
@@ -292,7 +333,13 @@ def emit(location: str, type_: str, data: dict[str, object], table: str | None =
             )
 
 
+def is_queue_only(db: NodeDB) -> bool:
+    """Whether the node of ``db`` is a queue-only branch."""
+    return db.get_local(QUEUE_ONLY) == "1"
+
+
 __all__ = [
+    "QUEUE_ONLY",
     "NAME_PATTERN",
     "RowReader",
     "add_table",
@@ -306,6 +353,7 @@ __all__ = [
     "direct_rows",
     "emit",
     "installed",
+    "is_queue_only",
     "same_shape",
     "table_shape",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 from baton.cascade import compare, node_ops
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB, open_node_db
+from baton.cascade.db.base import split_location
 from baton.cascade.model import WATERMARK, NodeState, Role
 from baton.cascade.ticker import TickerConfig
 from baton.errors import (
@@ -169,6 +170,8 @@ def add_table(c: CascadeSet, table: str, node: str | None = None) -> list[tuple[
             node_ops.table_shape(db, table, node)
     else:
         states = live_states(c)
+        held = without_tables(c, states)
+        states = {n: st for n, st in states.items() if n not in held}
         _check_table_everywhere(c, states, table)
         names = subscription_order(states)
     with refusing():
@@ -394,6 +397,8 @@ class Member:
     dead: bool
     reachable: bool
     tables: dict[str, str]
+    #: A branch that keeps only the queue (set by :func:`baton.cascade.commands.members`).
+    queue_only: bool = False
 
 
 def members(c: CascadeSet) -> list[Member]:
@@ -631,8 +636,9 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
             raise Refused(f"{dead_root} is not the root ({other} is): use tag-dead for it")
     elif role is not None and role is not Role.ROOT:
         raise Refused(f"{dead_root} is not the root: failover replaces a root")
-    best: tuple[int, str] | None = None
     notes: list[str] = []
+    # (last tick, hosts merge-leaves, name) of every live node that carries the queue.
+    carriers: list[tuple[int, bool, str]] = []
     for name, (loc, dead) in sorted(c.nodes.items()):
         if dead or name == dead_root:
             continue
@@ -642,16 +648,26 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
                 if st.role is Role.ROOT:
                     return name, _root_since(c, name), notes  # already failed over
                 last = db.last_tick()
+                merging = bool(db.merge_leaves())
         except (CascadeError, OSError):
             continue
-        if st.role.carries_queue and last is not None and (best is None or last.tick_id > best[0]):
-            best = (last.tick_id, name)
-    if best is None:
+        if st.role.carries_queue and last is not None:
+            carriers.append((last.tick_id, merging, name))
+    if not carriers:
         raise Refused("no live branch carries the queue: nothing can become the root")
+    # A combined set's new root must be a combined-failover (it hosts the merge-leaves that
+    # take the partitions over); else the node with the highest tick.
+    best = max(carriers, key=lambda t: (t[1], t[0]))
+    most = max(carriers)
     tag(c, dead_root, True)
-    fork, new_root = best
+    new_root = best[2]
+    if most[0] > best[0]:
+        # Another node got further from the dead root: bring the new root up to it first, so
+        # no node has ticks the new root lacks (nothing rewound, nothing applied twice).
+        catch_up(c, new_root, most[2])
     with c.db(new_root) as db:
-        _promote(db)
+        fork = _promote(db)
+    _bury_merge_leaves(c, new_root, dead_root)
     for name, (loc, dead) in sorted(c.nodes.items()):
         if dead or name == new_root:
             continue
@@ -679,6 +695,38 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
         elif st.provider == dead_root:
             change_provider(c, name, new_root)
     return new_root, fork, notes
+
+
+def catch_up(c: CascadeSet, node: str, source: str) -> int:
+    """Apply to branch ``node``, in one batch, every tick ``source`` (a node that carries the
+    same queue further) has after ``node``'s position, as its worker would; the new position.
+    A failover uses it before promoting ``node``."""
+    # Imported here: the apply step's queue-event handlers use the set operations.
+    from baton.cascade.apply import apply_batch, reduce_events
+
+    with c.db(node) as db:
+        st = db.state()
+        with open_node_db(c.location(source), readonly=True) as src:
+            last = src.last_tick()
+            if last is None or last.tick_id <= st.position:
+                return st.position
+            ticks = src.ticks(st.position, last.tick_id)
+            events = list(src.batch_events(st.position, last.tick_id))
+        result = apply_batch(db, ticks, reduce_events(events), events, st.epoch)
+    return result.position
+
+
+def _bury_merge_leaves(c: CascadeSet, new_root: str, dead_root: str) -> None:
+    """The dead combined root's merge-leaves, tagged dead in their partition sets (found
+    through the new root's merge-leaves): they no longer hold their partitions' queues."""
+    dead_base = split_location(c.location(dead_root))[0]
+    with c.db(new_root) as db:
+        parts = sorted(db.merge_leaves())
+    for part in parts:
+        pc = CascadeSet(f"{c.location(new_root)}#{part}")
+        for name, (loc, dead) in sorted(pc.nodes.items()):
+            if not dead and split_location(loc)[0] == dead_base:
+                tag(pc, name, True)
 
 
 def resurrect(c: CascadeSet, old_root: str, out: Path) -> int:
@@ -812,6 +860,27 @@ def _root_since(c: CascadeSet, root: str) -> int:
         return int(db.get_local("root_since") or 0)
 
 
+# -- queue-only nodes (issue 16) -------------------------------------------------------------
+
+
+def without_tables(c: CascadeSet, states: dict[str, NodeState]) -> dict[str, str]:
+    """The nodes of ``states`` that cannot replicate a table now, with why: queue-only nodes
+    (they keep only the queue) and the nodes below one (their provider has no table to give
+    them an initial copy of: move them with change-provider first)."""
+    held: dict[str, str] = {}
+    for name in subscription_order(states):
+        with c.db(name) as db:
+            if node_ops.is_queue_only(db):
+                held[name] = "queue-only: it keeps only the queue"
+                continue
+        provider = states[name].provider
+        if provider is not None and provider in held:
+            held[name] = (
+                f"its provider {provider} replicates no tables: move it with change-provider"
+            )
+    return held
+
+
 __all__ = [
     "POLL",
     "CascadeSet",
@@ -837,4 +906,5 @@ __all__ = [
     "switchover",
     "tables",
     "tag",
+    "without_tables",
 ]

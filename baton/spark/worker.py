@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from baton.cascade.db import open_node_db
+from baton.cascade.model import Role
 from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import CascadeError, CascadeInputError, FencedOut
@@ -173,14 +174,17 @@ class Worker:
         and :class:`CascadeError` after repeated failures without progress."""
         with open_node_db(self.location) as db:
             st = db.state()
+            # A combined-failover's merge-leaf only tracks (its position moves with the
+            # combined set) until its host becomes the combined root.
+            tracking = st.merge_leaf and db.host_role() is not Role.ROOT
         if st.epoch > self.epoch:
             # A newer worker applied here: this one's batches are all refused from now on.
             self.stop()
             raise FencedOut(
                 f"worker for {st.name} at epoch {self.epoch} is stale: epoch {st.epoch} applied"
             )
-        if st.paused or st.provider is None:
-            self.stop()  # paused, or promoted to root: nothing to apply
+        if st.paused or st.provider is None or tracking:
+            self.stop()  # paused, promoted to root, or tracking: nothing to apply
             return
         copying = [t for t, state in db_tables(self.location).items() if state == "copying"]
         ready = [t for t in copying if copy_ready(self.location, t)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
 import json
 import re
 from collections.abc import Collection, Iterator, Sequence
@@ -28,11 +29,52 @@ from typing import Any
 from baton.cascade.codec import decode
 from baton.cascade.model import Event, NodeState, Role, TableCopy, Tick
 from baton.errors import (
+    CascadeError,
     CascadeInputError,
     NotANode,
 )
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+#: The node's own tables: a merge-leaf hosted in another node's database has its own copy of
+#: each, named for its set (:func:`part_table`); the queue tables are the host's.
+NODE_TABLES = ("baton_local", "baton_node", "baton_subscriber", "baton_table")
+#: Host ``baton_local`` keys: ``merge.<set>`` names the merge-leaf hosted for a partition set,
+#: ``merged.<set>`` the last partition tick the combined set holds.
+MERGE_KEY, MERGED_KEY = "merge.", "merged."
+
+
+def split_location(location: str) -> tuple[str, str | None]:
+    """(the database's location, the partition set of a merge-leaf hosted there or None):
+    ``LOCATION#SET`` is the merge-leaf of set SET in the node database at LOCATION."""
+    base, sep, part = location.rpartition("#")
+    if not sep:
+        return location, None
+    if not part or "/" in part or "@" in part:
+        raise CascadeInputError(
+            f"bad merge-leaf location suffix {'#' + part!r}: use LOCATION#SET (a set name)"
+        )
+    return base, part
+
+
+def node_schema(schema: str, part: str) -> str:
+    """The ``CREATE TABLE`` statements of :data:`NODE_TABLES` in ``schema`` (a backend's DDL),
+    renamed for the merge-leaf namespace of ``part``."""
+    statements = re.findall(r"CREATE TABLE IF NOT EXISTS (baton_\w+) (\([^;]*\);)", schema)
+    out = [
+        f"CREATE TABLE IF NOT EXISTS {part_table(part, name)} {body}"
+        for name, body in statements
+        if name in NODE_TABLES
+    ]
+    return "\n".join(out)
+
+
+def part_table(part: str, table: str) -> str:
+    """The name of node table ``table`` (one of :data:`NODE_TABLES`) in the namespace of the
+    merge-leaf of partition set ``part``: readable, and distinct for distinct set names."""
+    plain = re.sub(r"[^a-z0-9_]", "_", part.lower())[:24]
+    digest = hashlib.blake2b(part.encode(), digest_size=3).hexdigest()
+    return f"baton_m_{plain}_{digest}_{table.removeprefix('baton_')}"
 
 
 def ident(name: str) -> str:
@@ -91,7 +133,87 @@ class NodeDB(abc.ABC):
         return rows[0] if rows else None
 
     def _sql(self, text: str) -> str:
+        """``text`` with the driver's parameter mark, and the node's own tables renamed to
+        its namespace's when it is a merge-leaf hosted in another node's database."""
+        text = text.replace("?", self._mark)
+        if self.part is not None:
+            for table in NODE_TABLES:
+                text = text.replace(table, part_table(self.part, table))
+        return text
+
+    def _host_sql(self, text: str) -> str:
+        """``text`` for the host node's own tables, whatever this instance's namespace."""
         return text.replace("?", self._mark)
+
+    # -- merge-leaf namespaces (seed 004's combined sets) -----------------------------------
+
+    #: The partition set whose merge-leaf this instance is (the location's ``#SET``), or None
+    #: for the node the database belongs to (its host).
+    part: str | None = None
+
+    def own_tables(self, tables: Sequence[str]) -> list[str]:
+        """``tables`` (baton's) as named for this instance's namespace."""
+        if self.part is None:
+            return list(tables)
+        return [part_table(self.part, t) if t in NODE_TABLES else t for t in tables]
+
+    def host_get(self, key: str) -> str | None:
+        """A ``baton_local`` value of the host node (the database's own node)."""
+        row = self._one(self._host_sql("SELECT value FROM baton_local WHERE key = ?"), (key,))
+        return None if row is None else str(row[0])
+
+    def host_set(self, cur: Any, key: str, value: str) -> None:
+        cur.execute(
+            self._host_sql(
+                "INSERT INTO baton_local (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            ),
+            (key, value),
+        )
+
+    def host_tables(self) -> dict[str, str]:
+        """The host node's replicated tables and their states."""
+        rows = self._rows(self._host_sql("SELECT name, state FROM baton_table ORDER BY name"))
+        return {name: state for name, state in rows}
+
+    def host_role(self) -> Role | None:
+        """The host node's role (None: the database is not a node)."""
+        role = self.host_get("role")
+        return None if role is None else Role(role)
+
+    def merge_leaves(self) -> dict[str, str]:
+        """Partition set -> name of the merge-leaf this database hosts for it."""
+        rows = self._rows(
+            self._host_sql("SELECT key, value FROM baton_local WHERE key LIKE ?"),
+            (MERGE_KEY + "%",),
+        )
+        return {key.removeprefix(MERGE_KEY): value for key, value in rows}
+
+    def merged(self) -> dict[str, int]:
+        """Partition set -> the last partition tick whose batch the combined set holds, as far
+        as this node has seen (a ``baton.partition-tick`` event, or its own merge)."""
+        rows = self._rows(
+            self._host_sql("SELECT key, value FROM baton_local WHERE key LIKE ?"),
+            (MERGED_KEY + "%",),
+        )
+        return {key.removeprefix(MERGED_KEY): int(value) for key, value in rows}
+
+    def track_partition(self, cur: Any, part: str, tick: int) -> None:
+        """The combined set holds partition ``part`` up to ``tick``: note it, and move the
+        merge-leaf this database hosts for ``part`` (if any, and only forwards) there, in the
+        caller's transaction. A combined-failover's merge-leaves only track: their position
+        is what the combined set holds, so they never run ahead of the combined root."""
+        if tick > self.merged().get(part, 0):
+            self.host_set(cur, MERGED_KEY + part, str(tick))
+        if part in self.merge_leaves():
+            local = part_table(part, "baton_local")
+            cur.execute(
+                self._host_sql(
+                    f"UPDATE {local} SET value = ? WHERE key = 'position' "
+                    "AND CAST(value AS BIGINT) < ?"
+                ),
+                (str(tick), tick),
+            )
 
     def get_local(self, key: str, default: str | None = None) -> str | None:
         row = self._one(self._sql("SELECT value FROM baton_local WHERE key = ?"), (key,))
@@ -129,13 +251,14 @@ class NodeDB(abc.ABC):
             epoch=int(self.get_local("epoch") or 0),
             paused=self.get_local("paused") == "1",
             global_watermark=int(self.get_local("global_watermark") or 0),
+            combined=self.get_local("combined") or None,
         )
 
     # -- set members ----------------------------------------------------------------------
 
     def nodes(self) -> dict[str, tuple[str, bool]]:
         """Node name -> (location, dead)."""
-        rows = self._rows("SELECT name, location, dead FROM baton_node ORDER BY name")
+        rows = self._rows(self._sql("SELECT name, location, dead FROM baton_node ORDER BY name"))
         return {name: (loc, bool(dead)) for name, loc, dead in rows}
 
     def put_node(self, cur: Any, name: str, location: str, dead: bool = False) -> None:
@@ -177,6 +300,20 @@ class NodeDB(abc.ABC):
         self, cur: Any, type_: str, table: str | None, key: str | None, data: str | None
     ) -> int:
         """Root: add one event in the caller's transaction; its id."""
+
+    @abc.abstractmethod
+    def insert_events(self, cur: Any, events: Sequence[Event]) -> None:
+        """Root: add copies of ``events`` (type, table, key, data; new ids, in order) in the
+        caller's transaction (a merge-leaf filling its combined set's queue)."""
+
+    @abc.abstractmethod
+    def capture_mark(self, cur: Any) -> int:
+        """Root, in a write transaction: a mark for :meth:`drop_captured`."""
+
+    @abc.abstractmethod
+    def drop_captured(self, cur: Any, mark: int) -> None:
+        """Root: delete the events the caller's transaction captured since ``mark`` (a merge
+        writes rows to captured tables and queues the partition's own events instead)."""
 
     @abc.abstractmethod
     def bump_event_ids(self, cur: Any, above: int) -> None:
@@ -223,7 +360,7 @@ class NodeDB(abc.ABC):
 
     def watermarks(self) -> dict[str, int]:
         """Subscriber name -> the lowest tick it (and its subtree) has applied."""
-        rows = self._rows("SELECT name, watermark FROM baton_subscriber ORDER BY name")
+        rows = self._rows(self._sql("SELECT name, watermark FROM baton_subscriber ORDER BY name"))
         return {name: int(tick) for name, tick in rows}
 
     # -- replicated tables ------------------------------------------------------------------
@@ -240,7 +377,7 @@ class NodeDB(abc.ABC):
 
     def tables(self) -> dict[str, str]:
         """Replicated table -> state (copying, catching-up, ok)."""
-        rows = self._rows("SELECT name, state FROM baton_table ORDER BY name")
+        rows = self._rows(self._sql("SELECT name, state FROM baton_table ORDER BY name"))
         return {name: state for name, state in rows}
 
     def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
@@ -352,5 +489,50 @@ class NodeDB(abc.ABC):
         """Every row of ``table``, ordered by primary key (for copy and compare); with
         ``key_range`` (low, high), only those whose key (a single integer column) is in it."""
 
+    # -- sequences, scripts, constraints and triggers (issue 16) -------------------------------
 
-__all__ = ["NodeDB", "ident"]
+    def has_sequences(self) -> bool:
+        """Whether this backend has sequences (a declared capability: PostgreSQL has, SQLite
+        has not; the sequence methods below refuse on a backend without them)."""
+        return False
+
+    @abc.abstractmethod
+    def sequence_last(self, seq: str) -> int | None:
+        """The last value ``seq`` handed out (None: never used); :class:`CascadeInputError`
+        when there is no such sequence, or the backend has none."""
+
+    @abc.abstractmethod
+    def raise_sequence(self, cur: Any, seq: str, value: int) -> None:
+        """Make ``seq`` at least ``value`` (never lower it), in the caller's transaction."""
+
+    @abc.abstractmethod
+    def run_script(self, cur: Any, text: str, error: type[CascadeError]) -> None:
+        """Run the SQL script ``text`` (one or more statements) in the caller's transaction. A
+        statement the database refuses raises ``error`` with the driver's message on one line;
+        a database that cannot be used now raises :class:`NodeUnreachable`, as any write."""
+
+    @abc.abstractmethod
+    def foreign_keys(self) -> list[tuple[str, str, list[str], str, list[str], bool]]:
+        """Every foreign key between the node's own tables (not baton's): (name, table, its
+        columns, referenced table, referenced columns, checked only at commit)."""
+
+    @abc.abstractmethod
+    def user_triggers(self) -> list[tuple[str, str]]:
+        """(table, trigger) of every enabled trigger that fires on an ordinary write, but for
+        baton's own capture triggers, in table order."""
+
+    def locals_with_prefix(self, prefix: str) -> dict[str, str]:
+        """The ``baton_local`` entries whose key starts with ``prefix`` (prefix removed)."""
+        rows = self._rows(self._sql("SELECT key, value FROM baton_local ORDER BY key"))
+        return {str(k)[len(prefix) :]: str(v) for k, v in rows if str(k).startswith(prefix)}
+
+
+__all__ = [
+    "MERGED_KEY",
+    "MERGE_KEY",
+    "NODE_TABLES",
+    "NodeDB",
+    "ident",
+    "part_table",
+    "split_location",
+]

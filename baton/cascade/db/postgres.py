@@ -64,7 +64,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from baton.cascade.codec import ExactNumber
-from baton.cascade.db.base import NodeDB, ident
+from baton.cascade.db.base import NodeDB, ident, node_schema, split_location
 from baton.cascade.db.sqlite import TABLES
 from baton.cascade.model import ROW_TYPES, Event, Tick
 from baton.errors import (
@@ -331,6 +331,7 @@ class PostgresNodeDB(NodeDB):
 
     def __init__(self, location: str) -> None:
         self.location = location
+        self._database, self.part = split_location(location)
         self._shown = redact_url(location)
         self._reader: _Conn | None = None
         self._pid = os.getpid()
@@ -357,7 +358,7 @@ class PostgresNodeDB(NodeDB):
         detail = redact_url(_one_line(str(exc))) or type(exc).__name__
         secrets = {m["pw"] for m in _PASSWORD.finditer(self.location)}
         with contextlib.suppress(psycopg.Error):
-            secrets.add(conninfo_to_dict(self.location).get("password") or "")
+            secrets.add(conninfo_to_dict(self._database).get("password") or "")
         for secret in sorted(secrets - {""}, key=len, reverse=True):
             detail = detail.replace(secret, "***")
         message = f"{what} PostgreSQL node {self._shown}: {detail}"
@@ -367,7 +368,7 @@ class PostgresNodeDB(NodeDB):
 
     def _connect(self, *settings: str) -> _Conn:
         try:
-            params: dict[str, Any] = conninfo_to_dict(self.location)
+            params: dict[str, Any] = conninfo_to_dict(self._database)
             params.setdefault("connect_timeout", 10)
             params.setdefault("application_name", "baton-cascade")
             # Doubles read back exactly whatever the server's default says.
@@ -437,6 +438,9 @@ class PostgresNodeDB(NodeDB):
         """Create the baton_* tables and the capture function if missing (idempotent)."""
         schema = sql.Identifier(self.schema)
         with self.transaction() as cur:
+            if self.part:  # a merge-leaf: its own node tables; the queue is the host's
+                cur.execute(node_schema(_SCHEMA, self.part))
+                return
             cur.execute(_SCHEMA)
             cur.execute(sql.SQL(_CAPTURE_FN).format(schema=schema))
 
@@ -484,7 +488,7 @@ class PostgresNodeDB(NodeDB):
         try:
             row = self.conn.execute(
                 "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = ANY(%s)",
-                (self.schema, list(TABLES)),
+                (self.schema, list(self.own_tables(TABLES))),
             ).fetchone()
         except psycopg.Error:
             return False
@@ -624,6 +628,22 @@ class PostgresNodeDB(NodeDB):
             (type_, table, key, data),
         ).fetchone()
         return int(row[0])
+
+    def insert_events(self, cur: Any, events: Sequence[Event]) -> None:
+        cur.executemany(
+            "INSERT INTO baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data) "
+            f"VALUES ({_TXID}, {_NOW}, %s, %s, %s, %s)",
+            [(e.type, e.table, e.key, e.data) for e in events],
+        )
+
+    def capture_mark(self, cur: Any) -> int:
+        return 0  # events are told apart by transaction id here
+
+    def drop_captured(self, cur: Any, mark: int) -> None:
+        cur.execute(
+            f"DELETE FROM baton_event WHERE ev_tick IS NULL AND ev_txid = {_TXID} AND ev_id > %s",
+            (mark,),
+        )
 
     def bump_event_ids(self, cur: Any, above: int) -> None:
         # A sequence never hands out an id twice (trimming changes nothing); only raise it.
@@ -858,3 +878,71 @@ class PostgresNodeDB(NodeDB):
             )
         rows = self._rows(query, key_range or ())
         return [tuple(r) for r in rows]
+
+    # -- sequences, scripts, constraints and triggers (issue 16) -------------------------------
+
+    def has_sequences(self) -> bool:
+        return True
+
+    def _sequence(self, seq: str) -> sql.Identifier:
+        row = self._one(
+            "SELECT 1 FROM pg_class WHERE relkind = 'S' AND relname = %s "
+            "AND relnamespace = current_schema()::regnamespace",
+            (seq,),
+        )
+        if row is None:
+            raise CascadeInputError(f"no sequence {seq!r} in {self._shown}")
+        return _name(seq)
+
+    def sequence_last(self, seq: str) -> int | None:
+        name = self._sequence(seq)
+        row = self._one(
+            sql.SQL("SELECT last_value, is_called FROM {}").format(name),
+        )
+        return int(row[0]) if row is not None and row[1] else None
+
+    def raise_sequence(self, cur: Any, seq: str, value: int) -> None:
+        name = self._sequence(seq)
+        cur.execute(
+            sql.SQL(
+                "SELECT setval(%s::regclass, greatest(last_value, %s)) FROM {} "
+                "WHERE NOT is_called OR last_value < %s"
+            ).format(name),
+            (ident(seq), value, value),
+        )
+
+    def run_script(self, cur: Any, text: str, error: type[CascadeError]) -> None:
+        # Without parameters psycopg sends the text as one simple query: several statements
+        # run in order, in the caller's transaction.
+        try:
+            cur.execute(text.encode())
+        except psycopg.Error as exc:
+            raise self._failure("cannot run the script on", exc, error) from exc
+
+    def foreign_keys(self) -> list[tuple[str, str, list[str], str, list[str], bool]]:
+        rows = self._rows(
+            "SELECT c.conname, t.relname, "
+            "array(SELECT a.attname FROM unnest(c.conkey) WITH ORDINALITY k(n, i) "
+            "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.n ORDER BY k.i), "
+            "r.relname, "
+            "array(SELECT a.attname FROM unnest(c.confkey) WITH ORDINALITY k(n, i) "
+            "JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.n ORDER BY k.i), "
+            "c.condeferrable AND c.condeferred "
+            "FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
+            "JOIN pg_class r ON r.oid = c.confrelid "
+            "WHERE c.contype = 'f' AND t.relnamespace = current_schema()::regnamespace "
+            "AND t.relname NOT LIKE 'baton\\_%' ORDER BY t.relname, c.conname"
+        )
+        return [(r[0], r[1], list(r[2]), r[3], list(r[4]), bool(r[5])) for r in rows]
+
+    def user_triggers(self) -> list[tuple[str, str]]:
+        # Enabled 'O' (origin, the default) or 'A' (always): the ones an apply fires. 'R'
+        # fires only in replica sessions and 'D' never.
+        rows = self._rows(
+            "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+            "WHERE NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
+            "AND c.relnamespace = current_schema()::regnamespace "
+            "AND t.tgname <> 'baton_capture' AND c.relname NOT LIKE 'baton\\_%' "
+            "ORDER BY c.relname, t.tgname"
+        )
+        return [(r[0], r[1]) for r in rows]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.cascade.codec import sqlite_value_sql
-from baton.cascade.db.base import NodeDB, ident
+from baton.cascade.db.base import NodeDB, ident, node_schema, split_location
 from baton.cascade.model import ROW_TYPES, Event, Tick
 from baton.errors import (
     CascadeError,
@@ -113,8 +113,9 @@ class SQLiteNodeDB(NodeDB):
 
     def __init__(self, location: str, readonly: bool = False) -> None:
         self.location = location
+        database, self.part = split_location(location)
         try:  # the store's parser: every spelling means the same file everywhere
-            path = sqlite_path(location)
+            path = sqlite_path(database)
         except ConfigError as exc:
             raise CascadeInputError(str(exc)) from None
         self.path = Path(path)
@@ -143,7 +144,7 @@ class SQLiteNodeDB(NodeDB):
 
     def install(self) -> None:
         with self._translated("cannot install"):
-            self.conn.executescript(SCHEMA)
+            self.conn.executescript(node_schema(SCHEMA, self.part) if self.part else SCHEMA)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
@@ -191,7 +192,7 @@ class SQLiteNodeDB(NodeDB):
         the read's own error says more)."""
         try:
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            return not set(TABLES) <= {r[0] for r in rows}
+            return not set(self.own_tables(TABLES)) <= {r[0] for r in rows}
         except sqlite3.Error:
             return False
 
@@ -281,6 +282,22 @@ class SQLiteNodeDB(NodeDB):
             (time.time(), type_, table, key, data),
         )
         return int(cur.lastrowid)
+
+    def insert_events(self, cur: Any, events: Sequence[Event]) -> None:
+        cur.executemany(
+            "INSERT INTO baton_event (ev_time, ev_type, ev_table, ev_key, ev_data) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(time.time(), e.type, e.table, e.key, e.data) for e in events],
+        )
+
+    def capture_mark(self, cur: Any) -> int:
+        row = cur.execute("SELECT coalesce(max(ev_id), 0) FROM baton_event").fetchone()
+        return int(row[0])
+
+    def drop_captured(self, cur: Any, mark: int) -> None:
+        # The caller holds the write lock since before ``mark`` was read: every event above it
+        # with no tick was captured by its own statements.
+        cur.execute("DELETE FROM baton_event WHERE ev_id > ? AND ev_tick IS NULL", (mark,))
 
     def bump_event_ids(self, cur: Any, above: int) -> None:
         # AUTOINCREMENT never reuses an id, even after trimming; this also lifts it past ids
@@ -445,3 +462,58 @@ class SQLiteNodeDB(NodeDB):
             f"SELECT * FROM {ident(table)} WHERE {ident(pk[0])} BETWEEN ? AND ? ORDER BY {order}",
             key_range,
         )
+
+    # -- sequences, scripts, constraints and triggers (issue 16) -------------------------------
+
+    def sequence_last(self, seq: str) -> int | None:
+        raise CascadeInputError(
+            f"{self.location}: SQLite has no sequences (sequences need PostgreSQL nodes)"
+        )
+
+    def raise_sequence(self, cur: Any, seq: str, value: int) -> None:
+        self.sequence_last(seq)
+
+    def run_script(self, cur: Any, text: str, error: type[CascadeError]) -> None:
+        # executescript() would commit the caller's transaction first: run the statements one
+        # by one, cut where SQLite itself says a statement is complete (a trigger's BEGIN ...
+        # END holds semicolons).
+        pending = ""
+        for piece in text.split(";"):
+            pending += piece + ";"
+            if sqlite3.complete_statement(pending):
+                if pending.strip(" \t\r\n;"):
+                    try:
+                        cur.execute(pending)
+                    except sqlite3.Error as exc:
+                        raise _failure(f"{self.location}", exc, error) from exc
+                pending = ""
+        if pending.strip(" \t\r\n;"):
+            raise error(f"{self.location}: the script ends inside a statement: {pending.strip()}")
+
+    def _user_tables(self) -> list[str]:
+        rows = self._rows(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'baton\\_%' "
+            "ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+        )
+        return [r[0] for r in rows]
+
+    def foreign_keys(self) -> list[tuple[str, str, list[str], str, list[str], bool]]:
+        out: list[tuple[str, str, list[str], str, list[str], bool]] = []
+        for table in self._user_tables():
+            found: dict[int, tuple[str, list[str], list[str]]] = {}
+            for r in self._rows(f"PRAGMA foreign_key_list({ident(table)})"):
+                ref, cols, refcols = found.setdefault(r[0], (r[2], [], []))
+                cols.append(r[3])
+                refcols.append(r[4] or "")
+            for n, (ref, cols, refcols) in sorted(found.items()):
+                if not all(refcols):  # REFERENCES parent: the parent's primary key
+                    refcols = self.columns(ref)[1] if ref in self._user_tables() else refcols
+                out.append((f"{table}_fk{n}", table, cols, ref, refcols, False))
+        return out
+
+    def user_triggers(self) -> list[tuple[str, str]]:
+        rows = self._rows(
+            "SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger' "
+            "AND name NOT LIKE 'baton\\_cap\\_%' ESCAPE '\\' ORDER BY tbl_name, name"
+        )
+        return [(r[0], r[1]) for r in rows]

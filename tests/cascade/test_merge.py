@@ -1,0 +1,258 @@
+"""Combined sets (seed 004's complex case), applied in-process without Spark: partition sets A
+and B, each a root; S1 their combined-root (merge-leaves a2, b2), S2 the combined-failover
+(merge-leaves a3, b3, tracking), S3 a branch of S1 with an audit trigger. Each cell of the
+seed's node behaviour table that says "yes" for a merge-leaf is asserted, then S1 is lost and
+S2 takes over: S3 keeps equal to the union of A and B, with every row version applied once."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from baton.cascade import merge, node_ops, set_ops
+from baton.cascade.apply import ApplyResult, apply_batch, reduce_events
+from baton.cascade.db import open_node_db
+from baton.cascade.model import PARTITION_TICK, Role
+from baton.errors import CascadeInputError, Refused
+from baton.testing.servers import PostgresServer
+from baton.testing.workload import create_accounts
+
+PARTS = ("A", "B")
+
+
+def tick(location: str) -> None:
+    with open_node_db(location) as db, db.transaction() as cur:
+        db.make_tick(cur)
+
+
+def pump(location: str, epoch: int = 1) -> ApplyResult:
+    """Apply everything the node's provider has, as a worker's micro-batch would."""
+    with open_node_db(location) as db:
+        st = db.state()
+        provider = st.provider
+        assert provider is not None
+        ploc = db.nodes()[provider][0]
+    with open_node_db(ploc) as p:
+        last = p.last_tick()
+        assert last is not None
+        ticks = p.ticks(st.position, last.tick_id)
+        events = list(p.batch_events(st.position, last.tick_id))
+    with open_node_db(location) as db:
+        for table, state in db.tables().items():
+            if state == "copying" and node_ops.copy_ready(location, table):
+                node_ops.copy_table(location, table)
+        return apply_batch(db, ticks, reduce_events(events), events, epoch, provider=provider)
+
+
+def write(location: str, rows: dict[int, int], delete: tuple[int, ...] = ()) -> None:
+    """Upsert ``rows`` (id -> balance) and delete ``delete`` at a partition root."""
+    with open_node_db(location) as db, db.transaction() as cur:
+        db.upsert(cur, "accounts", ["id", "balance"], [[k, v] for k, v in rows.items()])
+        db.delete_keys(cur, "accounts", ["id"], [[k] for k in delete])
+
+
+def rows(location: str) -> list[tuple[object, ...]]:
+    with open_node_db(location) as db:
+        return [tuple(r[:2]) for r in db.read_rows("accounts")]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def locations(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    names = ["a1", "b1", "s1", "s2", "s3"]
+    if request.param == "sqlite":
+        yield {n: f"sqlite://{tmp_path}/{n}.db" for n in names}
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    dbs = {n: "m" + uuid.uuid4().hex[:10] for n in names}
+    with psycopg.connect(server.url, autocommit=True) as admin:
+        for db in dbs.values():
+            admin.execute(f'CREATE DATABASE "{db}"')
+    yield {n: f"postgresql://postgres@127.0.0.1:{server.port}/{d}" for n, d in dbs.items()}
+    with psycopg.connect(server.url, autocommit=True) as admin:
+        for db in dbs.values():
+            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
+def audit(location: str) -> None:
+    """Count every row version S3's table sees (a trigger): a version applied twice shows."""
+    if location.startswith("sqlite:"):
+        with sqlite3.connect(location.removeprefix("sqlite://")) as c:
+            c.executescript(
+                "CREATE TABLE audit (id INTEGER, balance INTEGER);"
+                "CREATE TRIGGER audit_i AFTER INSERT ON accounts BEGIN "
+                "INSERT INTO audit VALUES (NEW.id, NEW.balance); END;"
+                "CREATE TRIGGER audit_u AFTER UPDATE ON accounts BEGIN "
+                "INSERT INTO audit VALUES (NEW.id, NEW.balance); END;"
+            )
+        return
+    with psycopg.connect(location, autocommit=True) as c:
+        c.execute("CREATE TABLE audit (id bigint, balance bigint)")
+        c.execute(
+            "CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO audit VALUES (NEW.id, NEW.balance); RETURN NULL; END $$"
+        )
+        c.execute(
+            "CREATE TRIGGER audit AFTER INSERT OR UPDATE ON accounts "
+            "FOR EACH ROW EXECUTE FUNCTION audit()"
+        )
+
+
+def audited(location: str) -> list[tuple[int, int]]:
+    with open_node_db(location) as db:
+        return sorted((int(a), int(b)) for a, b in db._rows("SELECT id, balance FROM audit"))
+
+
+def test_combined_set_failover(locations: dict[str, str]) -> None:
+    loc = locations
+    for location in loc.values():
+        create_accounts(location)
+    audit(loc["s3"])
+    a1, b1 = loc["a1"], loc["b1"]
+    node_ops.create_root("a1", a1, "A")
+    node_ops.create_root("b1", b1, "B")
+    node_ops.create_root("s1", loc["s1"], "S")
+    for root in (a1, b1, loc["s1"]):
+        node_ops.add_table(root, "accounts")
+    # Rows written before the merge exists: the merge-leaves' initial copies bring them in,
+    # both into one table (neither copy empties it).
+    write(a1, {1: 10, 2: 20})
+    write(b1, {101: 1000})
+    node_ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    node_ops.create_subscriber(Role.BRANCH, "s3", loc["s3"], "s1", loc["s1"])
+    hosts = {"2": loc["s1"], "3": loc["s2"]}
+    for part, root in (("a", a1), ("b", b1)):
+        tick(root)
+        for n, host in hosts.items():
+            merge.create_merge_leaf(f"{part}{n}", host, f"{part}1", root)
+    # A merge-leaf needs the combined set to replicate the table, with the partition's shape.
+    for part in "AB":
+        with pytest.raises(Refused, match="does not replicate"):
+            node_ops.add_table(merge.merge_location(hosts["3"], part), "accounts")
+    for node in ("s2", "s3"):
+        node_ops.add_table(loc[node], "accounts")
+        tick(loc["s1"])
+        pump(loc[node])
+    states = {
+        f"{part}{n}": node_ops.add_table(merge.merge_location(host, part.upper()), "accounts")
+        for part in "ab"
+        for n, host in hosts.items()
+    }
+    # The combined root's merge-leaves copy (without emptying); the failover's only track.
+    assert states == {"a2": "copying", "b2": "copying", "a3": "ok", "b3": "ok"}
+
+    def cycle() -> None:
+        for root in (a1, b1):
+            tick(root)
+        for part in "AB":
+            pump(merge.merge_location(loc["s1"], part))
+        tick(loc["s1"])
+        for node in ("s2", "s3"):
+            pump(loc[node])
+
+    cycle()  # the merge-leaves' initial copies
+    with open_node_db(loc["s1"]) as db:
+        assert db.tables() == {"accounts": "ok"}
+    for part in "AB":
+        with open_node_db(merge.merge_location(loc["s1"], part)) as db:
+            assert db.tables() == {"accounts": "ok"}
+    write(a1, {3: 30}, delete=(2,))
+    write(b1, {102: 2000})
+    write(b1, {102: 2001})  # a second version of one key in one batch: both are queued
+    cycle()
+    union = sorted(rows(a1) + rows(b1))
+    assert rows(loc["s1"]) == union
+    assert rows(loc["s2"]) == union
+    assert rows(loc["s3"]) == union
+    # Read from queue, event copy to the combined set, send tick_id to queue: every row
+    # version of the partition batches is in S1's queue, with one partition tick per batch.
+    with open_node_db(loc["s1"]) as db:
+        queued = list(db.events_after(0))
+        part_ticks = [e for e in queued if e.type == PARTITION_TICK]
+        key = '{"id":102}'
+        versions = [json.loads(e.data or "{}").get("balance") for e in queued if e.key == key]
+        assert versions[-2:] == [2000, 2001]
+        assert {json.loads(p.data or "{}")["set"] for p in part_ticks} == {"A", "B"}
+        merged = db.merged()
+    # Send local watermark upwards: a partition root holds its queue for its merge-leaves.
+    for part, root in (("A", a1), ("B", b1)):
+        with open_node_db(root) as db:
+            from baton.cascade.watermark import pull_watermarks
+
+            pull_watermarks(db)
+            marks = db.watermarks()
+            last = db.last_tick()
+        assert last is not None
+        with open_node_db(merge.merge_location(loc["s1"], part)) as m:
+            assert m.state().position == last.tick_id == merged[part]
+        # Wait behind the combined set: the failover's merge-leaf is where S2 holds the
+        # partition, never ahead of S1's.
+        with open_node_db(merge.merge_location(loc["s2"], part)) as m:
+            tracked = m.state().position
+        assert tracked == merged[part]
+        assert marks[f"{part.lower()}3"] == tracked
+    # A tracking merge-leaf applies nothing: its host is a branch of the combined set.
+    write(a1, {4: 40})
+    tick(a1)
+    assert pump(merge.merge_location(loc["s2"], "A")).detail == "tracking"
+
+    # S1 is lost with partition A's last batch merged there but not seen by S2 or S3.
+    pump(merge.merge_location(loc["s1"], "A"))
+    c = set_ops.CascadeSet(loc["s3"])
+    new_root, _, notes = set_ops.failover(c, "s1")
+    assert new_root == "s2", notes
+    assert set_ops.CascadeSet(loc["s3"]).state("s3").provider == "s2"
+    # The dead root's merge-leaves are dead in their partition sets (they hold no queue).
+    for root, dead in ((a1, "a2"), (b1, "b2")):
+        assert set_ops.CascadeSet(root).dead(dead)
+    write(a1, {5: 50}, delete=(1,))
+    write(b1, {103: 3000})
+    for root in (a1, b1):
+        tick(root)
+    for part in "AB":
+        result = pump(merge.merge_location(loc["s2"], part))
+        assert result.applied, result
+    tick(loc["s2"])
+    pump(loc["s3"])
+    union = sorted(rows(a1) + rows(b1))
+    assert rows(loc["s2"]) == union
+    assert rows(loc["s3"]) == union
+    seen = audited(loc["s3"])
+    assert len(seen) == len(set(seen)), "a row version was applied twice at S3"
+    assert (4, 40) in seen and (5, 50) in seen and (103, 3000) in seen
+
+
+def test_bad_merge_input(tmp_path: Path) -> None:
+    loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("a1", "s1", "l1")}
+    for location in loc.values():
+        create_accounts(location)
+    node_ops.create_root("a1", loc["a1"], "A")
+    node_ops.create_root("s1", loc["s1"], "S")
+    node_ops.create_subscriber(Role.LEAF, "l1", loc["l1"], "s1", loc["s1"])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(Refused, match="no queue to combine into"):
+        merge.create_merge_leaf("a9", loc["l1"], "a1", loc["a1"])
+    with pytest.raises(Refused, match="cannot merge into itself"):
+        merge.create_merge_leaf("a9", loc["a1"], "a1", loc["a1"])
+    with pytest.raises(CascadeInputError, match="without #SET"):
+        merge.create_merge_leaf("a9", loc["s1"] + "#A", "a1", loc["a1"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    with open_node_db(loc["a1"]) as db:
+        assert sorted(db.nodes()) == ["a1"]
+    # A partition table whose shape differs from the combined table's.
+    with open_node_db(loc["s1"]) as db, db.transaction() as cur:
+        cur.execute("CREATE TABLE wide (id INTEGER PRIMARY KEY, a INTEGER, b INTEGER)")
+    with open_node_db(loc["a1"]) as db, db.transaction() as cur:
+        cur.execute("CREATE TABLE wide (id INTEGER PRIMARY KEY, a INTEGER)")
+    node_ops.add_table(loc["a1"], "wide")
+    node_ops.add_table(loc["s1"], "wide")
+    merge.create_merge_leaf("a2", loc["s1"], "a1", loc["a1"])
+    with pytest.raises(Refused, match="differ from the provider"):
+        node_ops.add_table(merge.merge_location(loc["s1"], "A"), "wide")
+    with open_node_db(merge.merge_location(loc["s1"], "A")) as db:
+        assert db.tables() == {}
