@@ -12,7 +12,7 @@ from baton.cli.common import need_store, run_async, store_option
 
 
 @click.command("run")
-@click.argument("location")
+@click.argument("locations", nargs=-1, required=True)
 @store_option
 @click.option("--ttl", type=float, default=10.0, show_default=True, help="Lease ttl in seconds.")
 @click.option(
@@ -30,24 +30,42 @@ from baton.cli.common import need_store, run_async, store_option
     "Spark task (a hop's lag in tens of milliseconds; takes one Spark task slot while it runs; "
     "not on Spark Connect).",
 )
-def run(
-    location: str, store_url: str | None, ttl: float, spark_dir: Path | None, mode: str
+@click.option(
+    "--spark-master",
+    metavar="MASTER",
+    help="The Spark master of the process's session [default: local[*]]; a low-latency "
+    "worker takes one task slot, so several in one process need local[N].",
+)
+def run(  # noqa: PLR0917 (click passes every option by position)
+    locations: tuple[str, ...],
+    store_url: str | None,
+    ttl: float,
+    spark_dir: Path | None,
+    mode: str,
+    spark_master: str | None,
 ) -> None:
-    """Serve the cascade node at LOCATION until SIGTERM or Ctrl-C.
+    """Serve the cascade nodes at LOCATIONS until SIGTERM or Ctrl-C.
 
-    One process per node holds the lease cascade/SET/NODE; its epoch fences every batch the
-    worker applies, so a stale worker can never apply after its successor."""
+    Each node is served under the lease cascade/SET/NODE, whose epoch fences every batch its
+    worker applies, so a stale worker can never apply after its successor. Several locations
+    share one process and one Spark session (a combined root with the merge-leaves it hosts:
+    LOCATION LOCATION#A LOCATION#B ...)."""
     from baton.cascade.db import open_node_db
     from baton.errors import NodeUnreachable
-    from baton.service.under_lease import run_node
+    from baton.service.under_lease import run_nodes
 
     url = need_store(store_url)
-    try:
-        with open_node_db(location) as db:
-            db.state()  # a location that is not a node is refused before anything starts
-    except NodeUnreachable:
-        pass  # locked or unreachable for now: the service says so and waits for it
+    for location in locations:
+        try:
+            with open_node_db(location) as db:
+                db.state()  # a location that is not a node is refused before anything starts
+        except NodeUnreachable:
+            pass  # locked or unreachable for now: the service says so and waits for it
     from baton import logs
 
     logs.setup(20)
-    sys.exit(run_async(lambda: run_node(location, url, ttl, spark_dir, mode=mode)))
+    sys.exit(
+        run_async(
+            lambda: run_nodes(list(locations), url, ttl, spark_dir, mode=mode, master=spark_master)
+        )
+    )

@@ -68,14 +68,18 @@ async def run_node(
     ticker: TickerConfig | None = None,
     *,
     mode: str = MICRO_BATCH,
+    stop: asyncio.Event | None = None,
+    master: str | None = None,
 ) -> int:
-    """Serve the node at ``location`` until a stop signal; the exit status. ``mode``: how its
-    worker applies (:data:`~baton.spark.worker.MODES`)."""
+    """Serve the node at ``location`` until a stop signal (or ``stop`` is set); the exit
+    status. ``mode``: how its worker applies (:data:`~baton.spark.worker.MODES`); ``master``:
+    the Spark master of the process's session (``local[*]`` by default)."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
     identity = await node_identity(location, stop)
     if identity is None:
         return 0
@@ -87,7 +91,7 @@ async def run_node(
         from baton.spark.session import shared_session
 
         log.info("spark starts", extra={"log": str(work_dir / "spark.log")})
-        return shared_session(work_dir=work_dir, quiet=True)
+        return shared_session(work_dir=work_dir, quiet=True, master=master)
 
     if subscriber:
         # Start the JVM before campaigning: it takes seconds, a new leader should not.
@@ -118,6 +122,32 @@ async def run_node(
         finally:
             await election.stop()
     return 0
+
+
+async def run_nodes(
+    locations: list[str],
+    store_url: str,
+    ttl: float = 10.0,
+    spark_work_dir: Path | None = None,
+    *,
+    mode: str = MICRO_BATCH,
+    master: str | None = None,
+) -> int:
+    """Serve several nodes in one process until a stop signal: each under its own lease, all
+    workers sharing the process's one Spark session (one JVM: a combined root and the
+    merge-leaves it hosts, say). The exit status."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    work_dir = spark_work_dir or Path(tempfile.mkdtemp(prefix="baton-spark-"))
+    codes = await asyncio.gather(
+        *(
+            run_node(loc, store_url, ttl, work_dir, mode=mode, stop=stop, master=master)
+            for loc in locations
+        )
+    )
+    return max(codes, default=0)
 
 
 async def _serve(

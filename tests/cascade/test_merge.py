@@ -256,3 +256,72 @@ def test_bad_merge_input(tmp_path: Path) -> None:
         node_ops.add_table(merge.merge_location(loc["s1"], "A"), "wide")
     with open_node_db(merge.merge_location(loc["s1"], "A")) as db:
         assert db.tables() == {}
+
+
+def test_combined_set_switchover(tmp_path: Path) -> None:
+    """A planned switchover of the combined root: S1's merge-leaves stop at the switch tick and
+    S2's take over from exactly there, while the partitions write."""
+    loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("a1", "b1", "s1", "s2", "s3")}
+    for location in loc.values():
+        create_accounts(location)
+    audit(loc["s3"])
+    node_ops.create_root("a1", loc["a1"], "A")
+    node_ops.create_root("b1", loc["b1"], "B")
+    node_ops.create_root("s1", loc["s1"], "S")
+    for root in ("a1", "b1", "s1"):
+        node_ops.add_table(loc[root], "accounts")
+    for node in ("s2", "s3"):
+        node_ops.create_subscriber(Role.BRANCH, node, loc[node], "s1", loc["s1"])
+        node_ops.add_table(loc[node], "accounts")
+    merges = {
+        merge.merge_location(loc[host], part.upper()): (f"{part}{n}", loc[f"{part}1"])
+        for part in "ab"
+        for n, host in (("2", "s1"), ("3", "s2"))
+    }
+    for location, (name, root) in merges.items():
+        tick(root)
+        merge.create_merge_leaf(name, location.split("#")[0], name[0] + "1", root)
+        node_ops.add_table(location, "accounts")
+    version = iter(range(1, 10_000))
+
+    def cycle() -> None:
+        write(loc["a1"], {next(version) % 7: next(version)})
+        write(loc["b1"], {100 + next(version) % 7: next(version)})
+        for root in ("a1", "b1"):
+            tick(loc[root])
+        for location in merges:
+            pump(location)
+        with open_node_db(loc["s1"]) as db:
+            root = "s1" if db.state().role is Role.ROOT else "s2"
+        tick(loc[root])
+        for node in ("s1", "s2", "s3"):
+            if node != root:
+                pump(loc[node])
+
+    for _ in range(3):
+        cycle()
+
+    def wait(condition: object, timeout: float) -> None:
+        assert callable(condition)
+        while not condition():
+            cycle()
+
+    c = set_ops.CascadeSet(loc["s3"])
+    set_ops.switchover(c, "s2", wait=wait)
+    assert c.state("s2").role is Role.ROOT and c.state("s1").provider == "s2"
+    set_ops.change_provider(set_ops.CascadeSet(loc["s3"]), "s3", "s2")
+    for _ in range(3):
+        cycle()
+    # S1's merge-leaves now track (S1 is a branch); S2's merge.
+    for root in ("a1", "b1"):
+        tick(loc[root])
+    for part in "AB":
+        with open_node_db(merge.merge_location(loc["s1"], part)) as m1:
+            with open_node_db(merge.merge_location(loc["s2"], part)) as m2:
+                assert m1.state().position == m2.state().position
+        assert pump(merge.merge_location(loc["s1"], part)).detail == "tracking"
+    union = sorted(rows(loc["a1"]) + rows(loc["b1"]))
+    for node in ("s1", "s2", "s3"):
+        assert rows(loc[node]) == union, node
+    seen = audited(loc["s3"])
+    assert len(seen) == len(set(seen)), "a row version was applied twice at S3"
