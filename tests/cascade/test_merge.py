@@ -316,9 +316,11 @@ def test_combined_set_switchover(tmp_path: Path) -> None:
     for root in ("a1", "b1"):
         tick(loc[root])
     for part in "AB":
-        with open_node_db(merge.merge_location(loc["s1"], part)) as m1:
-            with open_node_db(merge.merge_location(loc["s2"], part)) as m2:
-                assert m1.state().position == m2.state().position
+        with (
+            open_node_db(merge.merge_location(loc["s1"], part)) as m1,
+            open_node_db(merge.merge_location(loc["s2"], part)) as m2,
+        ):
+            assert m1.state().position == m2.state().position
         assert pump(merge.merge_location(loc["s1"], part)).detail == "tracking"
     union = sorted(rows(loc["a1"]) + rows(loc["b1"]))
     for node in ("s1", "s2", "s3"):
