@@ -22,11 +22,13 @@ This is synchronous code (node databases are): the API runs it in a thread.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 from pathlib import Path
 from typing import Any, Literal
 
-from baton.cascade import node_ops, set_ops
+from baton.cascade import ddl, node_ops, node_replace, schema_check, seqs, set_ops
+from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.errors import (
     CascadeError,
@@ -145,19 +147,78 @@ def create_root(name: str, location: str, set_name: str) -> Created:
                    before is not None)  # fmt: skip
 
 
-def create_subscriber(role: Role, name: str, location: str, provider: str, via: str) -> Created:
-    """Add the branch or leaf ``name`` at ``location``, receiving from ``provider``."""
+def create_subscriber(
+    role: Role, name: str, location: str, provider: str, via: str, *, queue_only: bool = False
+) -> Created:
+    """Add the branch or leaf ``name`` at ``location``, receiving from ``provider``;
+    ``queue_only``: a branch that keeps the queue and replicates no tables."""
     node_ops.check_name(name)
     if role is Role.ROOT:
         raise CascadeInputError("use create-root for a root")
+    if queue_only and role is not Role.BRANCH:
+        raise CascadeInputError("only a branch can be queue-only (a leaf has no queue)")
     c = open_set(via)
     _known(c, provider)
     location = normalise(location)
     before = node_ops.installed(location)
     with set_ops.refusing():
-        st = node_ops.create_subscriber(role, name, location, provider, c.via)
-    return Created(name, role.value, provider, st.set_name, redact_url(location), st.position,
+        st = node_ops.create_subscriber(
+            role, name, location, provider, c.via, queue_only=queue_only
+        )
+    shown = QUEUE_ONLY_ROLE if queue_only else role.value
+    return Created(name, shown, provider, st.set_name, redact_url(location), st.position,
                    before is not None)  # fmt: skip
+
+
+#: How a queue-only branch's role is shown (``Created.role``, ``create-node``'s TYPE).
+QUEUE_ONLY_ROLE = "queue-only"
+#: The node types of :func:`create_node`.
+NODE_TYPES = ("root", "branch", "leaf", QUEUE_ONLY_ROLE, "merge-leaf")
+
+
+def create_node(
+    type_: str,
+    name: str,
+    location: str,
+    *,
+    provider: str | None = None,
+    set_name: str | None = None,
+    via: str | None = None,
+    host: str | None = None,
+) -> Created | str:
+    """Seed 004's ``create-node TYPE NAME LOCATION``: one verb for every kind of node.
+    ``root`` needs ``set_name``; ``branch``, ``leaf`` and ``queue-only`` need ``provider`` and
+    ``via``; ``merge-leaf`` needs ``provider``, ``via`` and ``host`` (the location of the
+    combined set's node that hosts it) and returns what
+    :func:`baton.cascade.merge.create_merge_leaf` says."""
+    if type_ not in NODE_TYPES:
+        raise CascadeInputError(f"bad node type {type_!r}: use one of {', '.join(NODE_TYPES)}")
+    if type_ == "root":
+        if set_name is None:
+            raise CascadeInputError("a root needs --set SET (the new set's name)")
+        if provider is not None or host is not None:
+            raise CascadeInputError("a root has no provider and no host")
+        return create_root(name, location, set_name)
+    if provider is None or via is None:
+        raise CascadeInputError(f"a {type_} needs a provider (--provider NODE) and --via")
+    if set_name is not None:
+        raise CascadeInputError(f"a {type_} joins the set of its provider: leave out --set")
+    if type_ == "merge-leaf":
+        if host is None:
+            raise CascadeInputError("a merge-leaf needs --host LOCATION (the combined set's node)")
+        node_ops.check_name(name)
+        try:  # written alongside (issue 16): imported when used, so this module never needs it
+            merge = importlib.import_module("baton.cascade.merge")
+        except ModuleNotFoundError:
+            raise CascadeInputError("merge-leaf nodes are not available in this baton") from None
+        with set_ops.refusing():
+            return str(merge.create_merge_leaf(name, existing(host), provider, existing(via)))
+    if host is not None:
+        raise CascadeInputError(f"a {type_} has no host: --host is for a merge-leaf")
+    role = Role.LEAF if type_ == "leaf" else Role.BRANCH
+    return create_subscriber(
+        role, name, location, provider, via, queue_only=type_ == QUEUE_ONLY_ROLE
+    )
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -177,6 +238,9 @@ class TableAdded:
     nodes: list[TableState]
     #: With ``everywhere``: the nodes skipped because they are tagged dead.
     skipped: list[str]
+    #: With ``everywhere``: the live nodes skipped because they cannot replicate a table now
+    #: (queue-only, or below a queue-only provider), and why.
+    held: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def add_table(
@@ -188,9 +252,10 @@ def add_table(
     if (node is None) == (not everywhere):
         raise CascadeInputError("give either a node or all")
     c = open_set(via)
+    held = set_ops.without_tables(c, set_ops.live_states(c)) if everywhere else {}
     done = [TableState(n, table, state) for n, state in set_ops.add_table(c, table, node)]
     skipped = sorted(n for n in c.nodes if c.dead(n)) if everywhere else []
-    return TableAdded(table, done, skipped)
+    return TableAdded(table, done, skipped, held)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -287,6 +352,34 @@ def change_provider(via: str, node: str, provider: str) -> ProviderChanged:
 def candidates(via: str, node: str) -> list[str]:
     """The nodes that can be ``node``'s provider now (no cycle, alive, still have its tick)."""
     return set_ops.candidates(open_set(via), node)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Candidate:
+    name: str
+    #: It keeps only the queue: it cannot give an initial copy of any table.
+    queue_only: bool
+    #: What to know about it as a provider ("" when nothing).
+    note: str
+
+
+#: Why a queue-only candidate cannot give a table's initial copy.
+QUEUE_ONLY_NOTE = (
+    "queue-only: it cannot provide the initial copy of a table (a copy needs a provider that "
+    "replicates the table)"
+)
+
+
+def candidates_detail(via: str, node: str) -> list[Candidate]:
+    """:func:`candidates`, each saying whether it is queue-only (it can carry the node's
+    queue but cannot give it an initial table copy)."""
+    c = open_set(via)
+    out = []
+    for name in set_ops.candidates(c, node):
+        with c.db(name) as db:
+            queue_only = node_ops.is_queue_only(db)
+        out.append(Candidate(name, queue_only, QUEUE_ONLY_NOTE if queue_only else ""))
+    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -401,6 +494,8 @@ def member_dict(m: set_ops.Member) -> dict[str, Any]:
     """A member as JSON carries it (its location without a password)."""
     out = dataclasses.asdict(m)
     out["location"] = redact_url(m.location)
+    if not m.queue_only:
+        del out["queue_only"]  # only queue-only branches carry the key (``"queue_only": true``)
     return out
 
 
@@ -421,18 +516,33 @@ class SetStatus:
         }
 
 
+def _queue_only(found: list[set_ops.Member]) -> list[set_ops.Member]:
+    """``found`` with ``queue_only`` set for each reachable queue-only branch."""
+    out = []
+    for m in found:
+        queue_only = False
+        if m.reachable and m.role == Role.BRANCH:
+            try:
+                with open_node_db(m.location) as db:
+                    queue_only = node_ops.is_queue_only(db)
+            except CascadeError:
+                pass  # unreachable since: shown as it was read
+        out.append(dataclasses.replace(m, queue_only=queue_only) if queue_only else m)
+    return out
+
+
 def members(via: str) -> tuple[str, list[set_ops.Member]]:
     """The set's name and every member: role, provider, position, lag (ticks and seconds),
-    paused, dead, reachable, tables."""
+    paused, dead, reachable, tables, queue-only."""
     c = open_set(via)
-    return c.set_name, set_ops.members(c)
+    return c.set_name, _queue_only(set_ops.members(c))
 
 
 def status(via: str) -> SetStatus:
     """The set: its live root, global watermark and members."""
     c = open_set(via)
     root, watermark, found = set_ops.status(c)
-    return SetStatus(c.set_name, root, watermark, found)
+    return SetStatus(c.set_name, root, watermark, _queue_only(found))
 
 
 # -- check -------------------------------------------------------------------------------------
@@ -445,9 +555,113 @@ def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
     return set_ops.check(open_set(via), node, table)
 
 
+# -- sequences ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SeqAdded:
+    seq: str
+    #: Each node and whether it kept the sequence already.
+    nodes: list[tuple[str, bool]]
+
+
+def add_seq(via: str, seq: str, node: str | None = None, everywhere: bool = False) -> SeqAdded:
+    """Keep sequence ``seq`` on ``node``, or on every live node with tables (the root first):
+    at least as high as the root's (PostgreSQL only: SQLite has no sequences)."""
+    if (node is None) == (not everywhere):
+        raise CascadeInputError("give either a node or all")
+    c = open_set(via)
+    with set_ops.refusing():
+        return SeqAdded(seq, seqs.add_seq(c, seq, node))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SeqRemoved:
+    node: str
+    seq: str
+    #: False: it was not kept there (nothing to do).
+    removed: bool
+
+
+def remove_seq(via: str, seq: str, node: str) -> SeqRemoved:
+    """Stop keeping ``seq`` on ``node`` (the sequence stays); the root last."""
+    c = open_set(via)
+    _known(c, node)
+    with set_ops.refusing():
+        return SeqRemoved(node, seq, seqs.remove_seq(c, seq, node))
+
+
+def list_seqs(via: str, node: str) -> dict[str, int | None]:
+    """The sequences ``node`` keeps and their last values there (None: never used)."""
+    c = open_set(via)
+    _known(c, node)
+    return seqs.seqs(c, node)
+
+
+# -- foreign keys and triggers -------------------------------------------------------------------
+
+
+def fkeys(via: str, node: str) -> schema_check.Found:
+    """The foreign keys on ``node`` that applying batches can break, each with what to do."""
+    c = open_set(via)
+    _known(c, node)
+    return schema_check.fkeys(c, node)
+
+
+def triggers(via: str, node: str) -> schema_check.Found:
+    """The user triggers that fire for the rows applying batches writes on ``node``."""
+    c = open_set(via)
+    _known(c, node)
+    return schema_check.triggers(c, node)
+
+
+# -- scripts through the queue -------------------------------------------------------------------
+
+
+def execute(via: str, name: str, sql: str) -> ddl.Executed:
+    """Run the SQL script ``sql`` (named ``name``, a file's name) at the root and, through the
+    queue, on every node at its place among the events (see :mod:`baton.cascade.ddl`). A
+    script run before (same name and content) is not run again."""
+    ddl.check_script(name, sql)
+    c = open_set(via)
+    with set_ops.refusing():
+        return ddl.execute(c, name, sql)
+
+
+def read_script(path: Path) -> tuple[str, str]:
+    """(name, text) of a script file of this host."""
+    try:
+        return path.name, path.read_text()
+    except UnicodeDecodeError:
+        raise CascadeInputError(f"{path}: not a text file") from None
+    except FileNotFoundError:
+        raise CascadeInputError(f"{path}: no such file") from None
+
+
+# -- replacing a branch --------------------------------------------------------------------------
+
+
+def replace_node(
+    via: str, new: str, old: str, *, failover: bool, timeout: float = 60.0
+) -> node_replace.Replaced:
+    """``node-switchover`` (``failover`` False) or ``node-failover``: ``new`` takes branch
+    ``old``'s place (see :mod:`baton.cascade.node_replace`). Waits up to ``timeout`` seconds
+    for ``new``'s worker; :class:`NotFinished` if it did not get there (run it again)."""
+    if not timeout > 0:
+        raise CascadeInputError(f"bad timeout {timeout!r}: give a number of seconds above 0")
+    c = open_set(via)
+    _known(c, new, old)
+    with set_ops.refusing():
+        return node_replace.replace(c, new, old, failover=failover, timeout=timeout)
+
+
 __all__ = [
     "NAME_PATTERN",
+    "NODE_TYPES",
     "POLL",
+    "QUEUE_ONLY_NOTE",
+    "QUEUE_ONLY_ROLE",
+    "Candidate",
     "Created",
     "Emitted",
     "FailedOver",
@@ -458,21 +672,29 @@ __all__ = [
     "ProviderChanged",
     "Refused",
     "Resurrected",
+    "SeqAdded",
+    "SeqRemoved",
     "SetStatus",
     "TableAdded",
     "TableRemoved",
     "TableState",
     "Tagged",
+    "add_seq",
     "add_table",
     "candidates",
+    "candidates_detail",
     "change_provider",
     "check",
     "classify",
+    "create_node",
     "create_root",
     "create_subscriber",
     "emit",
+    "execute",
     "existing",
     "failover",
+    "fkeys",
+    "list_seqs",
     "member_dict",
     "members",
     "missing",
@@ -480,11 +702,15 @@ __all__ = [
     "one_line",
     "open_set",
     "parse_event_data",
+    "read_script",
+    "remove_seq",
     "remove_table",
+    "replace_node",
     "resurrect",
     "set_paused",
     "status",
     "switchover",
     "tables",
     "tag",
+    "triggers",
 ]

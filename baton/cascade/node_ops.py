@@ -111,6 +111,7 @@ def create_subscriber(
     location: str,
     provider: str,
     provider_location: str,
+    *,
     queue_only: bool = False,
 ) -> NodeState:
     """Add a branch or leaf ``name`` at ``location`` subscribing to ``provider`` (found through
@@ -339,8 +340,8 @@ def is_queue_only(db: NodeDB) -> bool:
 
 
 __all__ = [
-    "QUEUE_ONLY",
     "NAME_PATTERN",
+    "QUEUE_ONLY",
     "RowReader",
     "add_table",
     "apply_batch",

@@ -14,6 +14,10 @@ The global watermark is the lowest tick every subscriber of the root reports (ea
 reports the lowest of its own position and its subscribers'). When it rises the root writes a
 ``baton.watermark`` event, which travels down the cascade so every node trims its queue below it
 (seed 004: nothing is deleted until everyone has it).
+
+When a tick is due, the root's registered sequences' last values go first, as one ``baton.seq``
+event if they changed (:func:`baton.cascade.queue_events.send_values`), so that every node keeps
+its sequences at least as high as the root's.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from baton.cascade import queue_events
 from baton.cascade.db import NodeDB
 from baton.cascade.model import WATERMARK, Role, Tick
 from baton.errors import CascadeError
@@ -58,6 +63,8 @@ def tick_once(db: NodeDB, cfg: TickerConfig, now: float) -> Tick | None:
     )
     if not due:
         return None
+    # The sequences' values travel in this tick's batch (at most one event per tick).
+    queue_events.send_values(db, _still_root)
     with db.transaction() as cur:
         if not _still_root(db):
             return None

@@ -15,6 +15,7 @@ before anything is written; a node database that cannot be reached is exit 1.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -98,9 +99,22 @@ def create_root(name: str, location: str, set_name: str) -> None:
 
 
 def _create_subscriber(
-    role: Role, name: str, location: str, provider: str, via: str | None
+    role: Role,
+    name: str,
+    location: str,
+    provider: str,
+    via: str | None,
+    *,
+    queue_only: bool = False,
 ) -> None:
-    r = commands.create_subscriber(role, name, location, provider, _via(via))
+    r = commands.create_subscriber(role, name, location, provider, _via(via), queue_only=queue_only)
+    _print_created(r)
+
+
+def _print_created(r: commands.Created) -> None:
+    if r.provider is None:
+        click.echo(f"{r.name}: root of set {r.set_name} at {r.location}{_done(r.already)}")
+        return
     click.echo(
         f"{r.name}: {r.role} of {r.provider} in set {r.set_name} at {r.location}, "
         f"from tick {r.position}{_done(r.already)}"
@@ -116,11 +130,16 @@ _provider_option = click.option(
 @click.argument("name")
 @click.argument("location")
 @_provider_option
+@click.option(
+    "--queue-only", is_flag=True, help="Keep only the queue: replicate no tables (never add-table)."
+)
 @via_option
 @_handled
-def create_branch(name: str, location: str, provider: str, via: str | None) -> None:
+def create_branch(
+    name: str, location: str, provider: str, queue_only: bool, via: str | None
+) -> None:
     """Add branch NAME at LOCATION (keeps the queue: it can provide others)."""
-    _create_subscriber(Role.BRANCH, name, location, provider, via)
+    _create_subscriber(Role.BRANCH, name, location, provider, via, queue_only=queue_only)
 
 
 @cascade.command("create-leaf")
@@ -132,6 +151,38 @@ def create_branch(name: str, location: str, provider: str, via: str | None) -> N
 def create_leaf(name: str, location: str, provider: str, via: str | None) -> None:
     """Add leaf NAME at LOCATION (applies tables only; provides no one)."""
     _create_subscriber(Role.LEAF, name, location, provider, via)
+
+
+@cascade.command("create-node")
+@click.argument("type_", metavar="TYPE", type=click.Choice(commands.NODE_TYPES))
+@click.argument("name")
+@click.argument("location")
+@click.option("--provider", metavar="NODE", help="The node it receives events from (not a root).")
+@click.option("--set", "set_name", metavar="SET", help="A root: the name of the new set.")
+@click.option(
+    "--host", metavar="LOCATION", help="A merge-leaf: the location of the combined set's node."
+)
+@via_option
+@_handled
+def create_node(
+    type_: str,
+    name: str,
+    location: str,
+    *,
+    provider: str | None,
+    set_name: str | None,
+    host: str | None,
+    via: str | None,
+) -> None:
+    """Add node NAME of TYPE at LOCATION: root (--set), branch, leaf or queue-only (--provider,
+    --via), merge-leaf (--provider, --via, --host)."""
+    r = commands.create_node(
+        type_, name, location, provider=provider, set_name=set_name, via=via, host=host
+    )
+    if isinstance(r, str):
+        click.echo(r)
+    else:
+        _print_created(r)
 
 
 # -- tables ------------------------------------------------------------------------------------
@@ -154,6 +205,8 @@ def add_table(table: str, node: str | None, everywhere: bool, via: str | None) -
         click.echo(f"{t.node}: {t.table} {t.state}{hint}")
     for name in r.skipped:
         click.echo(f"{name}: skipped (tagged dead)")
+    for name, why in r.held.items():
+        click.echo(f"{name}: skipped ({why})")
 
 
 @cascade.command("remove-table")
@@ -238,14 +291,23 @@ def change_provider(node: str, provider: str, via: str | None) -> None:
 @click.argument("node")
 @via_option
 @json_option
+@click.option(
+    "--detail",
+    is_flag=True,
+    help="With --json: objects with name, queue_only and note instead of names.",
+)
 @_handled
-def candidates(node: str, via: str | None, as_json: bool) -> None:
-    """The nodes that can be NODE's provider now (no cycle, alive, still have its tick)."""
-    found = commands.candidates(_via(via), node)
+def candidates(node: str, via: str | None, as_json: bool, detail: bool) -> None:
+    """The nodes that can be NODE's provider now (no cycle, alive, still have its tick). A
+    queue-only candidate is marked: it cannot give NODE an initial copy of a table."""
+    found = commands.candidates_detail(_via(via), node)
     if as_json:
-        _echo_json(found)
+        _echo_json([dataclasses.asdict(f) for f in found] if detail else [f.name for f in found])
+    elif not found:
+        click.echo(f"none: no node can provide {node} now")
     else:
-        click.echo("\n".join(found) if found else f"none: no node can provide {node} now")
+        for f in found:
+            click.echo(f"{f.name} ({f.note})" if f.note else f.name)
 
 
 def _tag(node: str, via: str | None, dead: bool) -> None:
@@ -367,7 +429,7 @@ def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
         state = ", ".join(w for w, on in (("dead", m.dead), ("unreachable", not m.reachable)) if on)
         out.add_row(
             m.name,
-            m.role,
+            f"{m.role} (queue-only)" if m.queue_only else m.role,
             m.provider or "-",
             str(m.position),
             "-" if m.lag_ticks is None else str(m.lag_ticks),
@@ -452,6 +514,169 @@ def check(node: str, only: str | None, via: str | None, as_json: bool) -> None:
             )
     if not r["equal"]:
         sys.exit(1)
+
+
+# -- sequences -------------------------------------------------------------------------------
+
+
+@cascade.command("add-seq")
+@click.argument("seq")
+@click.option("--node", metavar="NODE", help="The node to keep it on.")
+@click.option("--all", "everywhere", is_flag=True, help="Every live node with tables, root first.")
+@via_option
+@_handled
+def add_seq(seq: str, node: str | None, everywhere: bool, via: str | None) -> None:
+    """Keep sequence SEQ on NODE at least as high as the root's (PostgreSQL nodes only)."""
+    if (node is None) == (not everywhere):
+        raise click.UsageError("give either --node NODE or --all")
+    r = commands.add_seq(_via(via), seq, node, everywhere)
+    for name, already in r.nodes:
+        click.echo(f"{name}: {seq} kept{_done(already)}")
+
+
+@cascade.command("remove-seq")
+@click.argument("seq")
+@click.option("--node", required=True, metavar="NODE", help="The node to stop keeping it on.")
+@via_option
+@_handled
+def remove_seq(seq: str, node: str, via: str | None) -> None:
+    """Stop keeping SEQ on NODE (the sequence stays). At the root: remove it elsewhere first."""
+    r = commands.remove_seq(_via(via), seq, node)
+    click.echo(
+        f"{node}: {seq} removed" if r.removed else f"{node}: {seq} is not kept (nothing to do)"
+    )
+
+
+@cascade.command("seqs")
+@click.option("--node", required=True, metavar="NODE")
+@via_option
+@json_option
+@_handled
+def seqs_(node: str, via: str | None, as_json: bool) -> None:
+    """The sequences NODE keeps and their last values there."""
+    found = commands.list_seqs(_via(via), node)
+    if as_json:
+        _echo_json(found)
+        return
+    out = Table("sequence", "last value", title=f"sequences of {node}")
+    for name, value in found.items():
+        out.add_row(name, "-" if value is None else str(value))
+    Console().print(out)
+
+
+# -- foreign keys and triggers ---------------------------------------------------------------
+
+
+def _print_found(r: object, as_json: bool, empty: str) -> None:
+    assert dataclasses.is_dataclass(r) and not isinstance(r, type)
+    data = dataclasses.asdict(r)
+    if as_json:
+        _echo_json(data)
+        return
+    if data["note"]:
+        click.echo(data["note"])
+    if not data["items"] and data["applies"]:
+        click.echo(empty)
+    for item in data["items"]:
+        if "references" in item:
+            cols, refs = ", ".join(item["columns"]), ", ".join(item["ref_columns"])
+            click.echo(f"{item['name']}: {item['table']} ({cols}) -> {item['references']} ({refs})")
+            click.echo(f"  problem: {item['problem']}")
+        else:
+            click.echo(f"{item['name']} on {item['table']}")
+        click.echo(f"  what to do: {item['fix']}")
+
+
+@cascade.command("fkeys")
+@click.option("--node", required=True, metavar="NODE")
+@via_option
+@json_option
+@_handled
+def fkeys(node: str, via: str | None, as_json: bool) -> None:
+    """Foreign keys on NODE that applying batches can break, with what to do."""
+    r = commands.fkeys(_via(via), node)
+    _print_found(r, as_json, f"none: no foreign key on {node} gets in the way of applying")
+
+
+@cascade.command("triggers")
+@click.option("--node", required=True, metavar="NODE")
+@via_option
+@json_option
+@_handled
+def triggers(node: str, via: str | None, as_json: bool) -> None:
+    """User triggers on NODE's replicated tables that fire for every row applied."""
+    r = commands.triggers(_via(via), node)
+    _print_found(r, as_json, f"none: no trigger of yours fires when {node} applies a batch")
+
+
+# -- scripts ---------------------------------------------------------------------------------
+
+
+@cascade.command("execute")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@via_option
+@_handled
+def execute(file: Path, via: str | None) -> None:
+    """Run the SQL in FILE at the root and, through the queue, on every node in order with the
+    events (DDL: a column added at the root reaches each node before the rows that use it)."""
+    name, text = commands.read_script(file)
+    r = commands.execute(_via(via), name, text)
+    if r.already:
+        click.echo(f"{name}: already executed at root {r.root} (nothing to do)")
+    else:
+        click.echo(f"{name}: executed at root {r.root}; event {r.ev_id} runs it on every node")
+
+
+# -- replacing a branch ----------------------------------------------------------------------
+
+
+_timeout_option = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for NEW's worker to catch up.",
+)
+
+
+def _replaced(r: object) -> None:
+    from baton.cascade.node_replace import Replaced
+
+    assert isinstance(r, Replaced)
+    if r.already:
+        click.echo(f"{r.new} has already replaced {r.old} (nothing to do)")
+        return
+    click.echo(f"{r.new}: receives from {r.provider}, in {r.old}'s place")
+    for name in r.moved:
+        click.echo(f"{name}: receives from {r.new}")
+    if r.failover:
+        click.echo(f"{r.old}: tagged dead")
+    else:
+        click.echo(f"{r.old}: receives from {r.new}")
+
+
+@cascade.command("node-switchover")
+@click.argument("new")
+@click.option("--old", required=True, metavar="NODE", help="The branch NEW replaces.")
+@_timeout_option
+@via_option
+@_handled
+def node_switchover(new: str, old: str, timeout: float, via: str | None) -> None:
+    """Planned: NEW takes branch OLD's place; OLD's subscribers move to NEW and OLD becomes a
+    subscriber of NEW."""
+    _replaced(commands.replace_node(_via(via), new, old, failover=False, timeout=timeout))
+
+
+@cascade.command("node-failover")
+@click.argument("new")
+@click.option("--old", required=True, metavar="NODE", help="The lost branch NEW replaces.")
+@_timeout_option
+@via_option
+@_handled
+def node_failover(new: str, old: str, timeout: float, via: str | None) -> None:
+    """Unplanned: branch OLD is gone. NEW takes its place, its subscribers move to NEW, and OLD
+    is tagged dead."""
+    _replaced(commands.replace_node(_via(via), new, old, failover=True, timeout=timeout))
 
 
 __all__ = ["cascade"]

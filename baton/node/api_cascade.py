@@ -64,6 +64,46 @@ class CreateSubscriber(OnSet):
     provider: NodeName
 
 
+class CreateBranch(CreateSubscriber):
+    queue_only: bool = Field(False, description="Keep only the queue: replicate no tables.")
+
+
+class CreateNode(_Body):
+    type: str = Field(description="root, branch, leaf, queue-only or merge-leaf")
+    name: NodeName
+    location: Location
+    provider: NodeName | None = None
+    set: NodeName | None = Field(None, description="A root: the name of the new set.")
+    host: Location | None = Field(None, description="A merge-leaf: the combined set's node.")
+    via: Location | None = Field(None, description="The location of any member of the set.")
+
+
+class AddSeq(OnSet):
+    """Give ``node`` or ``all`` (every live node with tables, the root first)."""
+
+    seq: TableName
+    node: NodeName | None = None
+    all: bool = False
+
+
+class RemoveSeq(OnSet):
+    seq: TableName
+    node: NodeName
+
+
+class Execute(OnSet):
+    name: str = Field(min_length=1, max_length=200, description="The script's name (a file's).")
+    sql: str = Field(min_length=1, max_length=10_000_000, description="The SQL script.")
+
+
+class ReplaceNode(OnSet):
+    new: NodeName
+    old: NodeName
+    timeout: float = Field(
+        60.0, gt=0, le=3600, description="Seconds to wait for new's worker to catch up."
+    )
+
+
 class AddTable(OnSet):
     """Give ``node`` or ``all`` (every live node, the root first)."""
 
@@ -131,6 +171,10 @@ class CheckQuery(NodeQuery):
     table: TableName | None = None
 
 
+class CandidatesQuery(NodeQuery):
+    detail: bool = False
+
+
 class _RedactedValidation(APIRoute):
     """422s without the rejected input (FastAPI echoes it, and a location may hold a
     password): each error's place, message and type only."""
@@ -195,11 +239,21 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
         return asdict(await _run(commands.create_root, body.name, body.location, body.set))
 
     @router.post("/create-branch")
-    async def create_branch(body: CreateSubscriber) -> dict[str, Any]:
-        """Add the branch ``name`` at ``location``, receiving from ``provider``."""
+    async def create_branch(body: CreateBranch) -> dict[str, Any]:
+        """Add the branch ``name`` at ``location``, receiving from ``provider`` (``queue_only``:
+        it keeps the queue and replicates no tables)."""
         r = await _run(commands.create_subscriber, Role.BRANCH, body.name, body.location,
-                       body.provider, body.via)  # fmt: skip
+                       body.provider, body.via, queue_only=body.queue_only)  # fmt: skip
         return asdict(r)
+
+    @router.post("/create-node")
+    async def create_node(body: CreateNode) -> dict[str, Any]:
+        """Add a node of ``type``: root (``set``), branch, leaf, queue-only (``provider``,
+        ``via``) or merge-leaf (``provider``, ``via``, ``host``)."""
+        r = await _run(commands.create_node, body.type, body.name, body.location,
+                       provider=body.provider, set_name=body.set, via=body.via,
+                       host=body.host)  # fmt: skip
+        return {"message": r} if isinstance(r, str) else asdict(r)
 
     @router.post("/create-leaf")
     async def create_leaf(body: CreateSubscriber) -> dict[str, Any]:
@@ -214,7 +268,10 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
     async def add_table(body: AddTable) -> dict[str, Any]:
         """Replicate ``table`` on ``node`` or on ``all`` live nodes. The root captures it;
         elsewhere it is registered as ``copying`` and the node's worker copies it."""
-        return asdict(await _run(commands.add_table, body.via, body.table, body.node, body.all))
+        r = asdict(await _run(commands.add_table, body.via, body.table, body.node, body.all))
+        if not r["held"]:
+            del r["held"]  # the nodes skipped as queue-only (or below one): only when any
+        return r
 
     @router.post("/remove-table")
     async def remove_table(body: RemoveTable) -> dict[str, Any]:
@@ -246,9 +303,13 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
         return asdict(await _run(commands.change_provider, body.via, body.node, body.provider))
 
     @router.get("/candidates")
-    async def candidates(q: Annotated[NodeQuery, Query()]) -> list[str]:
-        """The nodes that can be ``node``'s provider now."""
-        return await _run(commands.candidates, q.via, q.node)
+    async def candidates(
+        q: Annotated[CandidatesQuery, Query()],
+    ) -> list[str] | list[dict[str, Any]]:
+        """The nodes that can be ``node``'s provider now: names, or with ``detail`` objects
+        ``{name, queue_only, note}`` (a queue-only one cannot give an initial table copy)."""
+        found = await _run(commands.candidates_detail, q.via, q.node)
+        return [asdict(f) for f in found] if q.detail else [f.name for f in found]
 
     @router.post("/tag-dead")
     async def tag_dead(body: OnNode) -> dict[str, Any]:
@@ -307,6 +368,56 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
     async def check(q: Annotated[CheckQuery, Query()]) -> dict[str, Any]:
         """Compare ``node``'s rows with its provider's, per table (or only ``table``)."""
         return await _run(commands.check, q.via, q.node, q.table)
+
+    # -- sequences, schema checks, scripts ---------------------------------------------------
+
+    @router.post("/add-seq")
+    async def add_seq(body: AddSeq) -> dict[str, Any]:
+        """Keep sequence ``seq`` on ``node`` (or ``all``) at least as high as the root's
+        (PostgreSQL only; 400 on SQLite)."""
+        return asdict(await _run(commands.add_seq, body.via, body.seq, body.node, body.all))
+
+    @router.post("/remove-seq")
+    async def remove_seq(body: RemoveSeq) -> dict[str, Any]:
+        """Stop keeping ``seq`` on ``node`` (the sequence stays); the root last."""
+        return asdict(await _run(commands.remove_seq, body.via, body.seq, body.node))
+
+    @router.get("/seqs")
+    async def seqs(q: Annotated[NodeQuery, Query()]) -> dict[str, int | None]:
+        """The sequences ``node`` keeps and their last values there."""
+        return await _run(commands.list_seqs, q.via, q.node)
+
+    @router.get("/fkeys")
+    async def fkeys(q: Annotated[NodeQuery, Query()]) -> dict[str, Any]:
+        """Foreign keys on ``node`` that applying batches can break, with what to do."""
+        return asdict(await _run(commands.fkeys, q.via, q.node))
+
+    @router.get("/triggers")
+    async def triggers(q: Annotated[NodeQuery, Query()]) -> dict[str, Any]:
+        """User triggers that fire for the rows applying batches writes on ``node``."""
+        return asdict(await _run(commands.triggers, q.via, q.node))
+
+    @router.post("/execute")
+    async def execute(body: Execute) -> dict[str, Any]:
+        """Run the SQL script at the root and, through the queue, on every node in order."""
+        return asdict(await _run(commands.execute, body.via, body.name, body.sql))
+
+    # -- replacing a branch ------------------------------------------------------------------
+
+    @router.post("/node-switchover")
+    async def node_switchover(body: ReplaceNode) -> dict[str, Any]:
+        """Planned: ``new`` takes branch ``old``'s place, ``old`` becomes its subscriber; 409
+        if ``new`` did not catch up within ``timeout`` (send it again)."""
+        r = await _run(commands.replace_node, body.via, body.new, body.old, failover=False,
+                       timeout=body.timeout)  # fmt: skip
+        return asdict(r)
+
+    @router.post("/node-failover")
+    async def node_failover(body: ReplaceNode) -> dict[str, Any]:
+        """Unplanned: branch ``old`` is gone; ``new`` takes its place, ``old`` is tagged dead."""
+        r = await _run(commands.replace_node, body.via, body.new, body.old, failover=True,
+                       timeout=body.timeout)  # fmt: skip
+        return asdict(r)
 
     return router
 

@@ -389,7 +389,9 @@ ROUTES = {
     ("POST", "emit"), ("POST", "change-provider"), ("GET", "candidates"), ("POST", "tag-dead"),
     ("POST", "tag-alive"), ("POST", "pause"), ("POST", "resume"), ("POST", "switchover"),
     ("POST", "failover"), ("POST", "resurrect"), ("GET", "status"), ("GET", "members"),
-    ("GET", "check"),
+    ("GET", "check"), ("POST", "create-node"), ("POST", "add-seq"), ("POST", "remove-seq"),
+    ("GET", "seqs"), ("GET", "fkeys"), ("GET", "triggers"), ("POST", "execute"),
+    ("POST", "node-switchover"), ("POST", "node-failover"),
 }  # fmt: skip
 
 

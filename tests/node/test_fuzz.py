@@ -23,7 +23,10 @@ CASCADE = {
     "POST /v1/cascade/create-root", "POST /v1/cascade/emit", "POST /v1/cascade/failover",
     "POST /v1/cascade/pause", "POST /v1/cascade/remove-table", "POST /v1/cascade/resume",
     "POST /v1/cascade/resurrect", "POST /v1/cascade/switchover", "POST /v1/cascade/tag-alive",
-    "POST /v1/cascade/tag-dead",
+    "POST /v1/cascade/tag-dead", "POST /v1/cascade/create-node", "POST /v1/cascade/add-seq",
+    "POST /v1/cascade/remove-seq", "GET /v1/cascade/seqs", "GET /v1/cascade/fkeys",
+    "GET /v1/cascade/triggers", "POST /v1/cascade/execute", "POST /v1/cascade/node-switchover",
+    "POST /v1/cascade/node-failover",
 }  # fmt: skip
 
 

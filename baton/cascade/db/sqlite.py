@@ -505,9 +505,10 @@ class SQLiteNodeDB(NodeDB):
                 ref, cols, refcols = found.setdefault(r[0], (r[2], [], []))
                 cols.append(r[3])
                 refcols.append(r[4] or "")
-            for n, (ref, cols, refcols) in sorted(found.items()):
-                if not all(refcols):  # REFERENCES parent: the parent's primary key
-                    refcols = self.columns(ref)[1] if ref in self._user_tables() else refcols
+            for n, (ref, cols, named) in sorted(found.items()):
+                refcols = named
+                if not all(named) and ref in self._user_tables():
+                    refcols = self.columns(ref)[1]  # REFERENCES parent: its primary key
                 out.append((f"{table}_fk{n}", table, cols, ref, refcols, False))
         return out
 
