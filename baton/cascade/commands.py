@@ -571,8 +571,7 @@ def add_seq(via: str, seq: str, node: str | None = None, everywhere: bool = Fals
     if (node is None) == (not everywhere):
         raise CascadeInputError("give either a node or all")
     c = open_set(via)
-    with set_ops.refusing():
-        return SeqAdded(seq, seqs.add_seq(c, seq, node))
+    return SeqAdded(seq, seqs.add_seq(c, seq, node))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -587,8 +586,7 @@ def remove_seq(via: str, seq: str, node: str) -> SeqRemoved:
     """Stop keeping ``seq`` on ``node`` (the sequence stays); the root last."""
     c = open_set(via)
     _known(c, node)
-    with set_ops.refusing():
-        return SeqRemoved(node, seq, seqs.remove_seq(c, seq, node))
+    return SeqRemoved(node, seq, seqs.remove_seq(c, seq, node))
 
 
 def list_seqs(via: str, node: str) -> dict[str, int | None]:
@@ -601,14 +599,14 @@ def list_seqs(via: str, node: str) -> dict[str, int | None]:
 # -- foreign keys and triggers -------------------------------------------------------------------
 
 
-def fkeys(via: str, node: str) -> schema_check.Found:
+def fkeys(via: str, node: str) -> schema_check.Found[schema_check.ForeignKey]:
     """The foreign keys on ``node`` that applying batches can break, each with what to do."""
     c = open_set(via)
     _known(c, node)
     return schema_check.fkeys(c, node)
 
 
-def triggers(via: str, node: str) -> schema_check.Found:
+def triggers(via: str, node: str) -> schema_check.Found[schema_check.Trigger]:
     """The user triggers that fire for the rows applying batches writes on ``node``."""
     c = open_set(via)
     _known(c, node)
@@ -624,8 +622,7 @@ def execute(via: str, name: str, sql: str) -> ddl.Executed:
     script run before (same name and content) is not run again."""
     ddl.check_script(name, sql)
     c = open_set(via)
-    with set_ops.refusing():
-        return ddl.execute(c, name, sql)
+    return ddl.execute(c, name, sql)  # bad SQL stays bad input: not wrapped in refusing()
 
 
 def read_script(path: Path) -> tuple[str, str]:
@@ -651,8 +648,7 @@ def replace_node(
         raise CascadeInputError(f"bad timeout {timeout!r}: give a number of seconds above 0")
     c = open_set(via)
     _known(c, new, old)
-    with set_ops.refusing():
-        return node_replace.replace(c, new, old, failover=failover, timeout=timeout)
+    return node_replace.replace(c, new, old, failover=failover, timeout=timeout)
 
 
 __all__ = [

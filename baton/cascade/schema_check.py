@@ -17,6 +17,7 @@ baton's do not: there, the constraints never stop an apply, but the node's data 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
@@ -44,8 +45,11 @@ class Trigger:
     fix: str
 
 
+T = TypeVar("T", "ForeignKey", "Trigger")
+
+
 @dataclass(frozen=True, slots=True)
-class Found:
+class Found(Generic[T]):
     """What :func:`fkeys` or :func:`triggers` found on ``node``. ``applies`` is False for the
     root (it applies no batch: nothing of its schema gets in the way); ``note`` says so."""
 
@@ -53,14 +57,14 @@ class Found:
     role: str
     applies: bool
     note: str
-    items: list[ForeignKey] | list[Trigger]
+    items: list[T]
 
 
 def _sqlite(c: CascadeSet, node: str) -> bool:
     return c.location(node).startswith("sqlite:")
 
 
-def fkeys(c: CascadeSet, node: str) -> Found:
+def fkeys(c: CascadeSet, node: str) -> Found[ForeignKey]:
     """The foreign keys of ``node`` that applying batches there can break: between two
     replicated tables (unless checked at commit), or between a replicated table and one the
     node does not replicate (either way round)."""
@@ -114,7 +118,7 @@ def fkeys(c: CascadeSet, node: str) -> Found:
     return Found(node, st.role.value, applies, note, out)
 
 
-def triggers(c: CascadeSet, node: str) -> Found:
+def triggers(c: CascadeSet, node: str) -> Found[Trigger]:
     """The user triggers on the tables ``node`` replicates: on a node that applies batches,
     each fires for every row a batch writes there (baton's own capture triggers are left out).
     Empty for the root, whose triggers fire only for its writers' changes."""

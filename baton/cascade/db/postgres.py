@@ -931,7 +931,7 @@ class PostgresNodeDB(NodeDB):
             "FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
             "JOIN pg_class r ON r.oid = c.confrelid "
             "WHERE c.contype = 'f' AND t.relnamespace = current_schema()::regnamespace "
-            "AND t.relname NOT LIKE 'baton\\_%' ORDER BY t.relname, c.conname"
+            "AND left(t.relname, 6) <> 'baton_' ORDER BY t.relname, c.conname"
         )
         return [(r[0], r[1], list(r[2]), r[3], list(r[4]), bool(r[5])) for r in rows]
 
@@ -942,7 +942,7 @@ class PostgresNodeDB(NodeDB):
             "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
             "WHERE NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
             "AND c.relnamespace = current_schema()::regnamespace "
-            "AND t.tgname <> 'baton_capture' AND c.relname NOT LIKE 'baton\\_%' "
+            "AND t.tgname <> 'baton_capture' AND left(c.relname, 6) <> 'baton_' "
             "ORDER BY c.relname, t.tgname"
         )
         return [(r[0], r[1]) for r in rows]
