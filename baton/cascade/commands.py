@@ -22,7 +22,6 @@ This is synchronous code (node databases are): the API runs it in a thread.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from pathlib import Path
 from typing import Any, Literal
@@ -185,12 +184,11 @@ def create_node(
     set_name: str | None = None,
     via: str | None = None,
     host: str | None = None,
-) -> Created | str:
+) -> Created:
     """Seed 004's ``create-node TYPE NAME LOCATION``: one verb for every kind of node.
     ``root`` needs ``set_name``; ``branch``, ``leaf`` and ``queue-only`` need ``provider`` and
-    ``via``; ``merge-leaf`` needs ``provider``, ``via`` and ``host`` (the location of the
-    combined set's node that hosts it) and returns what
-    :func:`baton.cascade.merge.create_merge_leaf` says."""
+    ``via``; ``merge-leaf`` needs ``provider`` and ``via`` (any member of the partition set),
+    and LOCATION (or ``host``, the same) is the combined set's node that hosts it."""
     if type_ not in NODE_TYPES:
         raise CascadeInputError(f"bad node type {type_!r}: use one of {', '.join(NODE_TYPES)}")
     if type_ == "root":
@@ -204,21 +202,36 @@ def create_node(
     if set_name is not None:
         raise CascadeInputError(f"a {type_} joins the set of its provider: leave out --set")
     if type_ == "merge-leaf":
-        if host is None:
-            raise CascadeInputError("a merge-leaf needs --host LOCATION (the combined set's node)")
-        node_ops.check_name(name)
-        try:  # written alongside (issue 16): imported when used, so this module never needs it
-            merge = importlib.import_module("baton.cascade.merge")
-        except ModuleNotFoundError:
-            raise CascadeInputError("merge-leaf nodes are not available in this baton") from None
-        with set_ops.refusing():
-            return str(merge.create_merge_leaf(name, existing(host), provider, existing(via)))
+        host = normalise(host or location)
+        if host != normalise(location):
+            raise CascadeInputError(
+                "a merge-leaf lives in the combined set's node: give its location as LOCATION "
+                "(--host, if given, must be the same)"
+            )
+        return create_merge_leaf(name, host, provider, via)
     if host is not None:
         raise CascadeInputError(f"a {type_} has no host: --host is for a merge-leaf")
     role = Role.LEAF if type_ == "leaf" else Role.BRANCH
     return create_subscriber(
         role, name, location, provider, via, queue_only=type_ == QUEUE_ONLY_ROLE
     )
+
+
+def create_merge_leaf(name: str, host: str, provider: str, via: str) -> Created:
+    """Add the merge-leaf ``name`` of ``provider``'s (partition) set, hosted in the combined
+    set's node at ``host`` (see :mod:`baton.cascade.merge`)."""
+    from baton.cascade import merge  # the combined sets' module: only when one is made
+
+    node_ops.check_name(name)
+    c = open_set(via)
+    _known(c, provider)
+    host = existing(host)
+    location = merge.merge_location(host, c.set_name)
+    before = node_ops.installed(location)
+    with set_ops.refusing():
+        st = merge.create_merge_leaf(name, host, provider, c.via)
+    return Created(name, "merge-leaf", provider, st.set_name, redact_url(location), st.position,
+                   before is not None)  # fmt: skip
 
 
 # -- tables ------------------------------------------------------------------------------------

@@ -160,7 +160,9 @@ def create_leaf(name: str, location: str, provider: str, via: str | None) -> Non
 @click.option("--provider", metavar="NODE", help="The node it receives events from (not a root).")
 @click.option("--set", "set_name", metavar="SET", help="A root: the name of the new set.")
 @click.option(
-    "--host", metavar="LOCATION", help="A merge-leaf: the location of the combined set's node."
+    "--host",
+    metavar="LOCATION",
+    help="A merge-leaf: the combined set's node hosting it (the same as LOCATION).",
 )
 @via_option
 @_handled
@@ -179,10 +181,7 @@ def create_node(
     r = commands.create_node(
         type_, name, location, provider=provider, set_name=set_name, via=via, host=host
     )
-    if isinstance(r, str):
-        click.echo(r)
-    else:
-        _print_created(r)
+    _print_created(r)
 
 
 # -- tables ------------------------------------------------------------------------------------

@@ -253,7 +253,7 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
         r = await _run(commands.create_node, body.type, body.name, body.location,
                        provider=body.provider, set_name=body.set, via=body.via,
                        host=body.host)  # fmt: skip
-        return {"message": r} if isinstance(r, str) else asdict(r)
+        return asdict(r)
 
     @router.post("/create-leaf")
     async def create_leaf(body: CreateSubscriber) -> dict[str, Any]:

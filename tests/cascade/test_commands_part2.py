@@ -376,3 +376,17 @@ def test_node_switchover_then_failover(tmp_path: Path) -> None:
     res = run("node-failover", "b2", "--old", "zz", "--via", locs["s1"])
     assert res.returncode == 2
     one_line_error(res, "unknown node 'zz'")
+
+
+def test_create_node_merge_leaf(tmp_path: Path) -> None:
+    b = Backend("sqlite", tmp_path, None)
+    part, combined = b.new(), b.new()
+    commands.create_node("root", "p0", part, set_name="P")
+    commands.create_node("root", "c0", combined, set_name="C")
+    made = commands.create_node("merge-leaf", "m1", combined, provider="p0", via=part)
+    assert (made.role, made.provider, made.set_name) == ("merge-leaf", "p0", "P")
+    assert made.location.endswith("#P") and made.already is False
+    again = commands.create_node("merge-leaf", "m1", combined, provider="p0", via=part)
+    assert again.already is True
+    with pytest.raises(CascadeInputError, match="the same"):
+        commands.create_node("merge-leaf", "m2", combined, provider="p0", via=part, host=part)
