@@ -215,7 +215,10 @@ def apply_batch(
         reflected = db.reflected()
         shown = {t: ids for t, (_, ids) in reflected.items()}
         mark = db.capture_mark(cur) if st.merge_leaf else 0
-        rows = write_rows(db, cur, rows_by_table(db, reduced, tables, skip, shown))
+        rows = queue_events.apply_rows(  # the rows, cut at the batch's scripts (DDL)
+            db, cur, st, reduced, events or (),
+            write=lambda part: write_rows(db, cur, rows_by_table(db, part, tables, skip, shown)),
+        )  # fmt: skip
         for table, (upto, _) in reflected.items():
             if upto <= end:  # every event the copy showed has come by: nothing left to skip
                 db.set_reflected(cur, table, 0, ())

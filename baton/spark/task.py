@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from baton.errors import CascadeError, FencedOut
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     from baton.cascade.db import NodeDB
@@ -48,6 +51,17 @@ _GROUPS = itertools.count(1)
 #: Running tasks per SparkContext (by id): each holds a task slot for as long as it runs.
 _RUNNING: dict[int, set[TaskQuery]] = {}
 _RUNNING_LOCK = threading.Lock()
+
+
+def task_slots(sc: SparkContext) -> int:
+    """How many tasks the session runs at a time: N of a ``local[N]`` master (the session's
+    default parallelism is pinned low for small jobs, whatever the cores), else the default
+    parallelism (a cluster's total cores)."""
+    found = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", sc.master or "")
+    if found:
+        n = found.group(1)
+        return os.cpu_count() or 1 if n == "*" else int(n)
+    return int(sc.defaultParallelism)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +149,7 @@ class TaskQuery:
         with _RUNNING_LOCK:
             running = _RUNNING.setdefault(id(self._sc), set())
             running.difference_update([q for q in running if q.done])
-            slots = int(self._sc.defaultParallelism)
+            slots = task_slots(self._sc)
             if len(running) >= slots:
                 # A task that can never be scheduled would leave the node unapplied in
                 # silence: say so, and let the service try again (a slot frees when another
