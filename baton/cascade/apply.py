@@ -142,7 +142,7 @@ def merge_events(
     *,
     tables: Mapping[str, str],
     skip_upto: Mapping[str, int],
-    shown: Mapping[str, Collection[int]],
+    reflected: Mapping[str, tuple[int, Collection[int]]],
     end: int,
 ) -> int:
     """A merge-leaf's batch into the combined set's queue: the row events it applied (the
@@ -158,11 +158,19 @@ def merge_events(
                 continue
             if e.tick is not None and e.tick <= skip_upto.get(e.table, 0):
                 continue
-            if e.ev_id in shown.get(e.table, ()):
+            if e.ev_id in reflected.get(e.table, (0, ()))[1]:
                 continue
         out.append(e)
-    mark = json.dumps({"set": st.set_name, "tick": end})
-    out.append(Event(0, 0.0, PARTITION_TICK, None, None, mark))
+    # With the tick, what of each table's initial copy is still ahead of it (see
+    # NodeDB.track_partition): a merge-leaf taking over from this tick needs it.
+    copies: dict[str, dict[str, Any]] = {}
+    for table, state in tables.items():
+        upto, ids = reflected.get(table, (0, frozenset()))
+        if state == "copying" or skip_upto.get(table, 0) > end or upto > end:
+            copies[table] = {"state": state, "tick": skip_upto.get(table, 0), "upto": upto,
+                             "ids": sorted(ids) if upto > end else []}  # fmt: skip
+    mark = {"set": st.set_name, "tick": end, **({"copies": copies} if copies else {})}
+    out.append(Event(0, 0.0, PARTITION_TICK, None, None, json.dumps(mark)))
     db.insert_events(cur, out)
     db.track_partition(cur, st.set_name, end)
     return len(out)
@@ -244,7 +252,7 @@ def apply_batch(
                 raise CascadeError("a merge-leaf needs the batch's events to copy them")
             db.drop_captured(cur, mark)
             copied = merge_events(
-                db, cur, st, events, tables=tables, skip_upto=skip, shown=shown, end=end
+                db, cur, st, events, tables=tables, skip_upto=skip, reflected=reflected, end=end
             )
         for e in events or ():
             if e.type == WATERMARK and e.data:
@@ -255,7 +263,8 @@ def apply_batch(
                         db.trim(cur, wm)
             elif e.type == PARTITION_TICK and e.data and not st.merge_leaf:
                 part = json.loads(e.data)
-                db.track_partition(cur, str(part["set"]), int(part["tick"]))
+                copies = part.get("copies", {})
+                db.track_partition(cur, str(part["set"]), int(part["tick"]), copies)
         db.set_local(cur, "position", str(end))
         db.set_local(cur, "epoch", str(max(epoch, st.epoch)))
     return ApplyResult(True, end, rows, copied)

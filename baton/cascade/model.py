@@ -103,3 +103,9 @@ class NodeState:
     @property
     def merge_leaf(self) -> bool:
         return self.combined is not None
+
+    @property
+    def needs_events(self) -> bool:
+        """Whether applying a batch here needs every event, not only each key's last: a node
+        that carries the queue copies them, a merge-leaf queues them in its combined set."""
+        return self.role.carries_queue or self.merge_leaf

@@ -637,34 +637,26 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     elif role is not None and role is not Role.ROOT:
         raise Refused(f"{dead_root} is not the root: failover replaces a root")
     notes: list[str] = []
-    # (last tick, hosts merge-leaves, name) of every live node that carries the queue.
-    carriers: list[tuple[int, bool, str]] = []
-    for name, (loc, dead) in sorted(c.nodes.items()):
-        if dead or name == dead_root:
-            continue
-        try:
-            with open_node_db(loc) as db:
-                st = db.state()
-                if st.role is Role.ROOT:
-                    return name, _root_since(c, name), notes  # already failed over
-                last = db.last_tick()
-                merging = bool(db.merge_leaves())
-        except (CascadeError, OSError):
-            continue
-        if st.role.carries_queue and last is not None:
-            carriers.append((last.tick_id, merging, name))
+    done = live_root(c, exclude=dead_root)
+    if done is not None:
+        return done, _root_since(c, done), notes  # already failed over
+    carriers = _carriers(c, dead_root)
     if not carriers:
         raise Refused("no live branch carries the queue: nothing can become the root")
     # A combined set's new root must be a combined-failover (it hosts the merge-leaves that
     # take the partitions over); else the node with the highest tick.
     best = max(carriers, key=lambda t: (t[1], t[0]))
-    most = max(carriers)
     tag(c, dead_root, True)
     new_root = best[2]
-    if most[0] > best[0]:
+    # Fence first: from here no node applies another batch of the dead root (whose database
+    # may still be readable, or come back). apply_batch refuses a batch from a provider that
+    # is no longer the node's, in the transaction that would apply it.
+    _fence_from(c, dead_root, new_root)
+    ahead = max(_carriers(c, dead_root), default=None)
+    if ahead is not None and ahead[2] != new_root:
         # Another node got further from the dead root: bring the new root up to it first, so
         # no node has ticks the new root lacks (nothing rewound, nothing applied twice).
-        catch_up(c, new_root, most[2])
+        catch_up(c, new_root, ahead[2])
     with c.db(new_root) as db:
         fork = _promote(db)
     _bury_merge_leaves(c, new_root, dead_root)
@@ -678,9 +670,10 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
             notes.append(f"{name}: unreachable, redirect it later with change-provider")
             continue
         if st.position > fork:
-            # It applied ticks the set lost with the root: its tables may differ from the new
-            # root's for the keys those ticks changed. Continue from the fork (dropping the
-            # lost ticks from its queue: the new root's ticks after the fork are other ones).
+            # It applied ticks the set lost with the root (a leaf, which has no queue to
+            # catch the new root up from): its tables may differ from the new root's for the
+            # keys those ticks changed. Continue from the fork (dropping the lost ticks from
+            # its queue: the new root's ticks after the fork are other ones).
             with open_node_db(loc) as db, db.transaction() as cur:
                 if st.role.carries_queue:
                     db.discard_after(cur, fork)
@@ -692,9 +685,49 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
                 f"{name}: had applied up to tick {st.position} (> {fork}); rewound to {fork}, "
                 "run 'check' and repair the differences"
             )
-        elif st.provider == dead_root:
-            change_provider(c, name, new_root)
+        elif st.provider == new_root:
+            # Fenced onto the new root above: hold the new root's queue for it.
+            with c.db(new_root) as ndb, ndb.transaction() as cur:
+                ndb.set_watermark(cur, name, st.position)
+    _release_dead(c, dead_root)
     return new_root, fork, notes
+
+
+def _carriers(c: CascadeSet, dead_root: str) -> list[tuple[int, bool, str]]:
+    """(last tick, hosts merge-leaves, name) of every reachable live node that carries the
+    queue, but ``dead_root``."""
+    out = []
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == dead_root:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                st = db.state()
+                last = db.last_tick()
+                merging = bool(db.merge_leaves())
+        except (CascadeError, OSError):
+            continue
+        if st.role.carries_queue and last is not None:
+            out.append((last.tick_id, merging, name))
+    return out
+
+
+def _fence_from(c: CascadeSet, dead_root: str, new_root: str) -> None:
+    """Every reachable node receiving from ``dead_root`` now receives from ``new_root``, and
+    ``new_root`` from no one (it is promoted next): their workers stop applying the dead
+    root's batches at once, so the failover sees positions that no longer move."""
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == dead_root:
+            continue
+        try:
+            with open_node_db(loc) as db:
+                st = db.state()
+                if st.provider != dead_root:
+                    continue
+                with db.transaction() as cur:
+                    db.set_local(cur, "provider", None if name == new_root else new_root)
+        except (CascadeError, OSError):
+            continue  # unreachable: the failover's notes say so
 
 
 def catch_up(c: CascadeSet, node: str, source: str) -> int:

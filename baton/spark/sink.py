@@ -55,7 +55,7 @@ def apply_arrow(
     from baton.spark import rows
 
     with open_node_db(subscriber) as db:
-        batch = rows.decode(table, db.state().role.carries_queue, whole)
+        batch = rows.decode(table, db.state().needs_events, whole)
         if batch is None:
             return None
         return apply_batch(db, batch.ticks, batch.reduced, batch.events, epoch, provider=provider)

@@ -121,14 +121,16 @@ def step(db: NodeDB, src: NodeDB, spec: Follow) -> str:
     ticks = batch_ticks(src, spec.provider, st.position, end)
     events = list(src.batch_events(st.position, end))
     reduced = reduce_events(events)
-    if not st.role.carries_queue:
+    if not st.needs_events:
         events = [e for e in events if e.type not in ROW_TYPES]
     try:
-        apply_batch(db, ticks, reduced, events, spec.epoch, provider=spec.provider_name)
+        result = apply_batch(db, ticks, reduced, events, spec.epoch, provider=spec.provider_name)
     except FencedOut:
         # A newer worker applied between this one's look at the epoch and its transaction:
         # nothing of this one's was applied, and nothing will be.
         return "fenced"
+    if result.detail in {"tracking", "paused", "provider changed"}:
+        return result.detail  # a merge-leaf whose host is not the combined root, ...
     return APPLIED
 
 

@@ -31,8 +31,9 @@ def tick(location: str) -> None:
         db.make_tick(cur)
 
 
-def pump(location: str, epoch: int = 1) -> ApplyResult:
-    """Apply everything the node's provider has, as a worker's micro-batch would."""
+def pump(location: str, epoch: int = 1, copy: bool = True) -> ApplyResult:
+    """Apply everything the node's provider has, as a worker's micro-batch would (after the
+    initial copies of its tables, unless ``copy`` is False)."""
     with open_node_db(location) as db:
         st = db.state()
         provider = st.provider
@@ -45,7 +46,7 @@ def pump(location: str, epoch: int = 1) -> ApplyResult:
         events = list(p.batch_events(st.position, last.tick_id))
     with open_node_db(location) as db:
         for table, state in db.tables().items():
-            if state == "copying" and node_ops.copy_ready(location, table):
+            if copy and state == "copying" and node_ops.copy_ready(location, table):
                 node_ops.copy_table(location, table)
         return apply_batch(db, ticks, reduce_events(events), events, epoch, provider=provider)
 
@@ -327,3 +328,40 @@ def test_combined_set_switchover(tmp_path: Path) -> None:
         assert rows(loc[node]) == union, node
     seen = audited(loc["s3"])
     assert len(seen) == len(set(seen)), "a row version was applied twice at S3"
+
+
+def test_failover_while_a_merge_copy_is_not_done(tmp_path: Path) -> None:
+    """S1's merge-leaf has merged batches of A while its copy of A's table had not run: the
+    partition ticks say so, S2's tracking merge-leaf takes that over, and after S1 is lost it
+    copies A's table itself (into the combined table, without emptying it) and goes on."""
+    loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("a1", "s1", "s2")}
+    for location in loc.values():
+        create_accounts(location)
+    node_ops.create_root("a1", loc["a1"], "A")
+    node_ops.create_root("s1", loc["s1"], "S")
+    for root in ("a1", "s1"):
+        node_ops.add_table(loc[root], "accounts")
+    write(loc["a1"], {1: 10, 2: 20})
+    node_ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    node_ops.add_table(loc["s2"], "accounts")
+    tick(loc["a1"])
+    a2, a3 = merge.merge_location(loc["s1"], "A"), merge.merge_location(loc["s2"], "A")
+    merge.create_merge_leaf("a2", loc["s1"], "a1", loc["a1"])
+    merge.create_merge_leaf("a3", loc["s2"], "a1", loc["a1"])
+    assert node_ops.add_table(a2, "accounts") == "copying"
+    assert node_ops.add_table(a3, "accounts") == "ok"
+    write(loc["a1"], {3: 30})
+    tick(loc["a1"])
+    assert pump(a2, copy=False).applied  # merged a batch, its copy not run yet
+    tick(loc["s1"])
+    pump(loc["s2"])
+    with open_node_db(a3) as db:
+        assert db.tables() == {"accounts": "copying"}
+        with open_node_db(a2) as m:
+            assert db.state().position == m.state().position
+    c = set_ops.CascadeSet(loc["s2"])
+    assert set_ops.failover(c, "s1")[0] == "s2"
+    write(loc["a1"], {4: 40}, delete=(1,))
+    tick(loc["a1"])
+    assert pump(a3).applied
+    assert rows(loc["s2"]) == rows(loc["a1"])

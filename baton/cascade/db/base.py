@@ -23,7 +23,7 @@ import contextlib
 import hashlib
 import json
 import re
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from baton.cascade.codec import decode
@@ -198,22 +198,45 @@ class NodeDB(abc.ABC):
         )
         return {key.removeprefix(MERGED_KEY): int(value) for key, value in rows}
 
-    def track_partition(self, cur: Any, part: str, tick: int) -> None:
+    def track_partition(
+        self,
+        cur: Any,
+        part: str,
+        tick: int,
+        copies: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         """The combined set holds partition ``part`` up to ``tick``: note it, and move the
         merge-leaf this database hosts for ``part`` (if any, and only forwards) there, in the
         caller's transaction. A combined-failover's merge-leaves only track: their position
-        is what the combined set holds, so they never run ahead of the combined root."""
+        is what the combined set holds, so they never run ahead of the combined root.
+
+        ``copies``: the merging merge-leaf's tables whose initial copy is not behind it yet
+        (state, copy tick, and the events the copy showed: see :meth:`reflected`); the
+        tracking merge-leaf takes them over with the position, so that if it ever merges
+        from there it skips (or copies) exactly what the merging one would have. A table
+        not named is whole and past its copy."""
         if tick > self.merged().get(part, 0):
             self.host_set(cur, MERGED_KEY + part, str(tick))
-        if part in self.merge_leaves():
-            local = part_table(part, "baton_local")
-            cur.execute(
-                self._host_sql(
-                    f"UPDATE {local} SET value = ? WHERE key = 'position' "
-                    "AND CAST(value AS BIGINT) < ?"
-                ),
-                (str(tick), tick),
-            )
+        if part not in self.merge_leaves():
+            return
+        host, self.part = self.part, part
+        try:
+            if int(self.get_local("position") or 0) >= tick:
+                return
+            self.set_local(cur, "position", str(tick))
+            if copies is None:
+                return
+            for table in self.tables():
+                info = copies.get(table)
+                if info is None:
+                    self.set_table(cur, table, "ok", 0)
+                    self.set_reflected(cur, table, 0, ())
+                else:
+                    self.set_table(cur, table, str(info["state"]), int(info["tick"]))
+                    ids = [int(i) for i in info.get("ids", ())]
+                    self.set_reflected(cur, table, int(info.get("upto", 0)), ids)
+        finally:
+            self.part = host
 
     def get_local(self, key: str, default: str | None = None) -> str | None:
         row = self._one(self._sql("SELECT value FROM baton_local WHERE key = ?"), (key,))
