@@ -66,11 +66,14 @@ def create_merge_leaf(name: str, host: str, provider: str, via: str) -> NodeStat
         db.set_local(cur, "combined", hst.set_name)
         db.host_set(cur, MERGE_KEY + part_set, name)
         start = db.merged().get(part_set)
-        if hst.role is not Role.ROOT:
+        if hst.role is not Role.ROOT and start is not None:
             # Tracking: the position is what the combined set holds of the partition, not the
-            # provider's last tick (that may be ahead of it). Not known yet (no partition tick
-            # seen): 0 holds the partition's whole queue until it is.
-            db.set_local(cur, "position", str(min(st.position, start or 0)))
+            # provider's last tick (that may be ahead of it).
+            db.set_local(cur, "position", str(min(st.position, start)))
+        elif hst.role is not Role.ROOT:
+            # Not known yet (no partition tick seen here): the first one sets it. Until then
+            # its tables are to be copied whole should it have to merge (a failover first).
+            db.set_local(cur, "tracking", "unknown")
         st = db.state()
     if hst.role is not Role.ROOT:
         # The provider holds its queue for the node from there on (its own entry, written

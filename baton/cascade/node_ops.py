@@ -248,7 +248,9 @@ def merge_table_state(db: NodeDB, table: str) -> str:
         raise Refused(
             f"the combined set's node here does not replicate {table!r}: add it there first"
         )
-    return "copying" if db.host_role() is Role.ROOT else "ok"
+    if db.host_role() is Role.ROOT or db.get_local("tracking") == "unknown":
+        return "copying"
+    return "ok"
 
 
 def copy_ready(location: str, table: str) -> bool:

@@ -221,9 +221,13 @@ class NodeDB(abc.ABC):
             return
         host, self.part = self.part, part
         try:
-            if int(self.get_local("position") or 0) >= tick:
+            # Created before the combined set had brought any partition tick: its position is
+            # a guess until the first one comes (and may have to move back to it).
+            unknown = self.get_local("tracking") == "unknown"
+            if int(self.get_local("position") or 0) >= tick and not unknown:
                 return
             self.set_local(cur, "position", str(tick))
+            self.set_local(cur, "tracking", None)
             if copies is None:
                 return
             for table in self.tables():
