@@ -147,6 +147,9 @@ DECLARE
     new_key text;
     old_key text;
 BEGIN
+    IF current_setting('baton.merging', true) = 'on' THEN
+        RETURN NULL;  -- a merge-leaf writing rows: it queues the partition's own events
+    END IF;
     IF TG_OP <> 'INSERT' THEN
         SELECT '{{' || coalesce(string_agg(to_json(k.c)::text || ':'
                    || (row_to_json(OLD) -> k.c)::text, ',' ORDER BY k.n), '') || '}}'
@@ -637,9 +640,13 @@ class PostgresNodeDB(NodeDB):
         )
 
     def capture_mark(self, cur: Any) -> int:
+        # The capture function writes nothing while this is on (for this transaction only).
+        cur.execute("SELECT set_config('baton.merging', 'on', true)")
         return 0  # events are told apart by transaction id here
 
     def drop_captured(self, cur: Any, mark: int) -> None:
+        cur.execute("SELECT set_config('baton.merging', 'off', true)")
+        # A capture function installed before the setting existed captured them: drop those.
         cur.execute(
             f"DELETE FROM baton_event WHERE ev_tick IS NULL AND ev_txid = {_TXID} AND ev_id > %s",
             (mark,),
