@@ -1,7 +1,8 @@
 """The cascade part of ``baton demo``: a generated workload replicated root -> branch -> leaf on
 SQLite node databases by Spark workers; the root dies mid-stream; failover promotes the branch;
 the workload goes on at the new root; the leaf is checked equal to the surviving data; the old
-root comes back and ``resurrect`` saves the events that never left it. The workers run in the
+root comes back and ``resurrect`` saves the events that never left it; then two partition sets
+are merged into the cascade (:mod:`baton.demo_partitions`). The workers run in the
 low-latency mode (one long-running Spark task each), and the demo shows how long one row takes
 from the root to the leaf."""
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from baton.cascade import commands
+from baton.demo_partitions import partitions_part
 from baton.spark.session import build_session
 from baton.spark.worker import LOW_LATENCY
 from baton.testing.cascade import LocalSet
@@ -66,8 +68,10 @@ def _one_row_lag(s: LocalSet) -> float:
 def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
     console.rule("[bold]cascade: root -> branch -> leaf on Spark, the root lost, failover")
     t0 = time.monotonic()
-    spark = build_session(master="local[2]", work_dir=workdir / "spark", quiet=True)
-    step("Spark session (local[2])", time.monotonic() - t0, spark.version, True)
+    # Four task slots: two low-latency workers hold one each for as long as they run, and the
+    # partitions part's micro-batches and copies need the others.
+    spark = build_session(master="local[4]", work_dir=workdir / "spark", quiet=True)
+    step("Spark session (local[4])", time.monotonic() - t0, spark.version, True)
     ok = True
     try:
         with LocalSet(workdir, spark, mode=LOW_LATENCY) as s:
@@ -121,6 +125,14 @@ def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
                  f"{n} events that never left it saved to {saved.name}; its tables equal the "
                  "set's again", back)  # fmt: skip
             ok &= back
+            ok &= partitions_part(
+                console,
+                workdir,
+                spark,
+                host=s.location(new_root),
+                leaf=s.location("leaf"),
+                step=step,
+            )
     finally:
         spark.stop()
     return ok
