@@ -48,7 +48,7 @@ from baton.service.node import NodeService
 from baton.spark.worker import MICRO_BATCH, MODES
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
-from bench.common import PeakMemory, loadavg, temp_dir
+from bench.common import PeakMemory, loadavg, node_locations, temp_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,17 +89,7 @@ class BatonSet:
         self.kind = kind
         self.mode = mode
         self.spark = spark
-        if kind == "postgres":
-            assert pg is not None
-            base = pg.url.rsplit("/", 1)[0]
-            with psycopg.connect(pg.url, autocommit=True) as admin:
-                for n in NODES:
-                    admin.execute(f"DROP DATABASE IF EXISTS b_{n}")
-                    admin.execute(f"CREATE DATABASE b_{n}")
-            self.locations = {n: f"{base}/b_{n}" for n in NODES}
-        else:
-            directory.mkdir(parents=True, exist_ok=True)
-            self.locations = {n: f"sqlite://{directory / n}.db" for n in NODES}
+        self.locations = node_locations(kind, NODES, directory, pg.url if pg else None, "b")
         self.services: dict[str, NodeService] = {}
         self.threads: list[threading.Thread] = []
         self.halt = threading.Event()

@@ -290,3 +290,21 @@ class PeakMemory:
             "jvm_peak_rss_mib": round(self.jvm_mib, 1),
             "python_worker_peak_rss_mib": round(self.python_worker_mib, 1),
         }
+
+
+def node_locations(kind: str, names: Sequence[str], directory: Path, pg_url: str | None,
+                   prefix: str) -> dict[str, str]:  # fmt: skip
+    """A fresh node database per name: SQLite files in ``directory``, or PostgreSQL databases
+    ``<prefix>_<name>`` (dropped first) on the server at ``pg_url``."""
+    if kind == "postgres":
+        import psycopg
+
+        assert pg_url is not None
+        base = pg_url.rsplit("/", 1)[0]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            for n in names:
+                admin.execute(f"DROP DATABASE IF EXISTS {prefix}_{n}")
+                admin.execute(f"CREATE DATABASE {prefix}_{n}")
+        return {n: f"{base}/{prefix}_{n}" for n in names}
+    directory.mkdir(parents=True, exist_ok=True)
+    return {n: f"sqlite://{directory / n}.db" for n in names}

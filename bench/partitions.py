@@ -30,8 +30,6 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from baton.cascade import merge, node_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -41,7 +39,7 @@ from baton.service.node import NodeService
 from baton.spark.worker import LOW_LATENCY
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
-from bench.common import PeakMemory, loadavg, quantile, temp_dir
+from bench.common import PeakMemory, loadavg, node_locations, quantile, temp_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,17 +57,7 @@ class PartitionSets:
 
     def __init__(self, kind: str, directory: Path, spark: SparkSession, pg: PostgresServer | None):
         names = [f"{p}1" for p in PARTS] + ["s1", "s2", "s3"]
-        if kind == "postgres":
-            assert pg is not None
-            base = pg.url.rsplit("/", 1)[0]
-            with psycopg.connect(pg.url, autocommit=True) as admin:
-                for n in names:
-                    admin.execute(f"DROP DATABASE IF EXISTS p_{n}")
-                    admin.execute(f"CREATE DATABASE p_{n}")
-            self.loc = {n: f"{base}/p_{n}" for n in names}
-        else:
-            directory.mkdir(parents=True, exist_ok=True)
-            self.loc = {n: f"sqlite://{directory / n}.db" for n in names}
+        self.loc = node_locations(kind, names, directory, pg.url if pg else None, "p")
         self.spark = spark
         self.halt = threading.Event()
         self.errors: list[BaseException] = []

@@ -5,7 +5,8 @@ four merge-leaves in one process and one Spark JVM, S2 likewise), built and fail
 the CLI only. S1 is killed and its database lost while all four partitions write; after
 ``failover`` S2 is the combined root and S3 follows it: S3's table equals the union of A-D's,
 no row version is applied twice at S3 (an audit trigger), and ABCD -> S2 -> S3 keeps
-flowing."""
+flowing. Then S3 becomes a combined-failover too and a planned ``switchover`` hands the
+combined root from S2 to S3 while the four write: both equal the union after it."""
 
 from __future__ import annotations
 
@@ -186,6 +187,36 @@ def test_four_partitions_lose_the_combined_root(tmp_path: Path, pg_location: str
         with sqlite3.connect(tmp_path / "d1.db") as c:
             c.execute("INSERT INTO accounts (id, balance) VALUES (4999999, -1)")
         wait_for(lambda: (4999999, -1) in rows(loc["s3"]), timeout=60, what="a new row at S3")
+
+        # Then a planned switchover of the combined root, S2 -> S3, while the four write: S3
+        # becomes a combined-failover first (merge-leaves a4..d4, tracking), and its process
+        # is restarted to serve them too.
+        for p in PARTS:
+            cli("create-node", "merge-leaf", f"{p}4", loc["s3"],
+                "--provider", f"{p}1", "--via", loc[f"{p}1"])  # fmt: skip
+            cli("add-table", "accounts", "--node", f"{p}4", "--via", loc[f"{p}1"])
+        procs["s3"].stop()
+        serve("s3", loc["s3"], *(f"{loc['s3']}#{p.upper()}" for p in PARTS))
+        writers = [
+            Writer(tmp_path / f"{p}1.db", (i + 1) * 1_000_000, versions)
+            for i, p in enumerate(PARTS)
+        ]
+        for w in writers:
+            w.start()
+        wait_for(lambda: all(w.commits > 30 for w in writers), timeout=60, what="writes")
+        cli("switchover", "s3", "--via", loc["s2"], "--timeout", "120")
+        wait_for(lambda: all(w.commits > 80 for w in writers), timeout=60, what="writes")
+        for w in writers:
+            w.halt.set()
+            w.join(30)
+        union = sorted(itertools.chain.from_iterable(rows(loc[f"{p}1"]) for p in PARTS))
+        wait_for(lambda: rows(loc["s2"]) == union, timeout=120, interval=0.5,
+                 what="S2, now S3's branch, equal to A+B+C+D")  # fmt: skip
+        assert rows(loc["s3"]) == union
+        with sqlite3.connect(tmp_path / "s3.db") as c:
+            seen = c.execute("SELECT id, balance FROM audit").fetchall()
+        twice = {v for v in seen if seen.count(v) > 1}
+        assert not twice, f"row versions applied twice at S3: {sorted(twice)[:10]}"
     finally:
         for w in writers:
             w.halt.set()
