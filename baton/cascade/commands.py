@@ -509,6 +509,9 @@ def member_dict(m: set_ops.Member) -> dict[str, Any]:
     out["location"] = redact_url(m.location)
     if not m.queue_only:
         del out["queue_only"]  # only queue-only branches carry the key (``"queue_only": true``)
+    for key in ("merges", "combined"):  # only nodes of combined sets carry them
+        if not out[key]:
+            del out[key]
     return out
 
 

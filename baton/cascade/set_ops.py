@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -399,6 +399,10 @@ class Member:
     tables: dict[str, str]
     #: A branch that keeps only the queue (set by :func:`baton.cascade.commands.members`).
     queue_only: bool = False
+    #: Partition set -> the merge-leaf this node hosts for it (a combined root or failover).
+    merges: dict[str, str] = field(default_factory=dict)
+    #: A merge-leaf: the combined set it feeds.
+    combined: str | None = None
 
 
 def members(c: CascadeSet) -> list[Member]:
@@ -421,6 +425,7 @@ def members(c: CascadeSet) -> list[Member]:
             with open_node_db(loc) as db:
                 st = db.state()
                 tables = db.tables()
+                merges = db.merge_leaves() if st.role.carries_queue else {}
         except (CascadeError, OSError):
             out.append(Member(name, loc, "?", None, 0, None, None, False, dead, False, {}))
             continue
@@ -446,6 +451,8 @@ def members(c: CascadeSet) -> list[Member]:
                 dead,
                 True,
                 tables,
+                merges=merges,
+                combined=st.combined,
             )
         )
     return out
@@ -472,6 +479,11 @@ def check(c: CascadeSet, node: str, table: str | None = None) -> dict[str, Any]:
         st = db.state()
         if st.provider is None:
             raise Refused(f"{node} is the root: it has no provider to compare with")
+        if st.merge_leaf:
+            raise Refused(
+                f"{node} is a merge-leaf: its tables hold every partition's rows, not only its "
+                f"provider's; run check on the nodes of the combined set {st.combined} instead"
+            )
         mine = db.tables()
         if table is not None and table not in mine:
             raise CascadeInputError(f"{node} does not replicate {table!r} (see 'tables')")

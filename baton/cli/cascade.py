@@ -419,6 +419,17 @@ def resurrect(old_root: str, save: Path, via: str | None) -> None:
 # -- status ------------------------------------------------------------------------------------
 
 
+def _role_text(m: set_ops.Member) -> str:
+    """The role, with what a node of a combined set does there."""
+    if m.queue_only:
+        return f"{m.role} (queue-only)"
+    if m.combined:
+        return f"{m.role} (merge-leaf into set {m.combined})"
+    if m.merges:
+        return f"{m.role} (merges {', '.join(sorted(m.merges))})"
+    return m.role
+
+
 def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
     out = Table(title=title)
     for col in ("name", "role", "provider", "tick", "lag", "lag s", "paused", "state"):
@@ -428,7 +439,7 @@ def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
         state = ", ".join(w for w, on in (("dead", m.dead), ("unreachable", not m.reachable)) if on)
         out.add_row(
             m.name,
-            f"{m.role} (queue-only)" if m.queue_only else m.role,
+            _role_text(m),
             m.provider or "-",
             str(m.position),
             "-" if m.lag_ticks is None else str(m.lag_ticks),

@@ -164,6 +164,13 @@ def test_combined_set_failover(locations: dict[str, str]) -> None:
         for host in ("s1", "s2"):
             with open_node_db(merge.merge_location(loc[host], part)) as db:
                 assert db.tables() == {"accounts": "ok"}
+    # status/members show who merges what.
+    ms = {m.name: m for m in set_ops.members(set_ops.CascadeSet(loc["s1"]))}
+    assert ms["s1"].merges == {"A": "a2", "B": "b2"}
+    assert ms["s2"].merges == {"A": "a3", "B": "b3"}
+    assert ms["s3"].merges == {}
+    am = {m.name: m for m in set_ops.members(set_ops.CascadeSet(a1))}
+    assert (am["a1"].combined, am["a2"].combined, am["a3"].combined) == (None, "S", "S")
     write(a1, {3: 30}, delete=(2,))
     write(b1, {102: 2000})
     write(b1, {102: 2001})  # a second version of one key in one batch: both are queued
@@ -259,6 +266,8 @@ def test_bad_merge_input(tmp_path: Path) -> None:
         node_ops.add_table(merge.merge_location(loc["s1"], "A"), "wide")
     with open_node_db(merge.merge_location(loc["s1"], "A")) as db:
         assert db.tables() == {}
+    with pytest.raises(Refused, match="is a merge-leaf"):
+        set_ops.check(set_ops.CascadeSet(loc["a1"]), "a2")
 
 
 def test_combined_set_switchover(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ combined root from S2 to S3 while the four write: both equal the union after it.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import shutil
@@ -181,8 +182,10 @@ def test_four_partitions_lose_the_combined_root(tmp_path: Path, pg_location: str
             seen = c.execute("SELECT id, balance FROM audit").fetchall()
         twice = {v for v in seen if seen.count(v) > 1}
         assert not twice, f"row versions applied twice at S3: {sorted(twice)[:10]}; {out}"
-        status = cli("status", "--via", loc["s3"])
-        assert "s2" in status
+        status = json.loads(cli("status", "--via", loc["s3"], "--json"))
+        assert status["root"] == "s2"
+        s2 = next(m for m in status["members"] if m["name"] == "s2")
+        assert sorted(s2["merges"]) == ["A", "B", "C", "D"]
         # ABCD -> S2 -> S3 keeps flowing.
         with sqlite3.connect(tmp_path / "d1.db") as c:
             c.execute("INSERT INTO accounts (id, balance) VALUES (4999999, -1)")
