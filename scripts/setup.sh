@@ -46,7 +46,8 @@ fi
 stamp=.venv/.installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither" || true
-  .venv/bin/python -c "import baton, redis, psycopg, pyspark, pyarrow"
+  # grpc, zstandard: the Spark Connect client (the connect extra), for the spark_deploy tests.
+  .venv/bin/python -c "import baton, redis, psycopg, pyspark, pyarrow, grpc, zstandard"
   touch "$stamp"
 fi
 if [ "${BATON_BENCH:-0}" = 1 ] && ! .venv/bin/python -c "import matplotlib" 2>/dev/null; then

@@ -33,8 +33,16 @@ from baton.cli.common import need_store, run_async, store_option
 @click.option(
     "--spark-master",
     metavar="MASTER",
-    help="The Spark master of the process's session [default: local[*]]; a low-latency "
-    "worker takes one task slot, so several in one process need local[N].",
+    help="The Spark master of the process's session: local[N], spark://HOST:PORT, ... "
+    "[default: $BATON_SPARK_MASTER, else local[*]]; a low-latency worker takes one task "
+    "slot, so several in one process need local[N].",
+)
+@click.option(
+    "--spark-remote",
+    metavar="URL",
+    help="Run on a Spark Connect server instead, sc://HOST:PORT [default: $BATON_SPARK_REMOTE]; "
+    "micro-batch mode only. A process that takes over a node reattaches to its predecessor's "
+    "server session and stops the queries it left running.",
 )
 def run(  # noqa: PLR0917 (click passes every option by position)
     locations: tuple[str, ...],
@@ -43,6 +51,7 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     spark_dir: Path | None,
     mode: str,
     spark_master: str | None,
+    spark_remote: str | None,
 ) -> None:
     """Serve the cascade nodes at LOCATIONS until SIGTERM or Ctrl-C.
 
@@ -51,10 +60,20 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     share one process and one Spark session (a combined root with the merge-leaves it hosts:
     LOCATION LOCATION#A LOCATION#B ...)."""
     from baton.cascade.db import open_node_db
-    from baton.errors import NodeUnreachable
+    from baton.errors import ConfigError, NodeUnreachable
     from baton.service.under_lease import run_nodes
+    from baton.spark.session import where
 
     url = need_store(store_url)
+    try:
+        at = where(spark_master, spark_remote)  # the options, else BATON_SPARK_*, else local
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    if at.remote and mode == "low-latency":
+        raise click.UsageError(
+            "--mode low-latency runs a Spark task through RDDs, which Spark Connect does not "
+            "have: use --mode micro-batch with a remote, or a --spark-master"
+        )
     for location in locations:
         try:
             with open_node_db(location) as db:
@@ -66,6 +85,8 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     logs.setup(20)
     sys.exit(
         run_async(
-            lambda: run_nodes(list(locations), url, ttl, spark_dir, mode=mode, master=spark_master)
+            lambda: run_nodes(
+                list(locations), url, ttl, spark_dir, mode=mode, master=at.master, remote=at.remote
+            )
         )
     )

@@ -159,8 +159,15 @@ class NodeAgent:
 
                 sc = self.config.spark
                 work = self.config.data_dir / "spark"
+                # Over Spark Connect the session is named after the node, so that the agent
+                # restarted on this node reattaches to it and finds the queries it left.
                 self._spark = build_session(
-                    master=sc.master, remote=sc.remote, conf=sc.conf, work_dir=work, quiet=True
+                    master=sc.master,
+                    remote=sc.remote,
+                    conf=sc.conf,
+                    work_dir=work,
+                    quiet=True,
+                    connect_session=f"baton-node:{self.node_id}",
                 )
             return self._spark
 

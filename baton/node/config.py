@@ -96,12 +96,29 @@ class SparkConfig(BaseModel):
     remote: str | None = None
     conf: dict[str, str] = Field(default_factory=dict)
 
+    # The same checks as everywhere else a session is built (baton.spark.session.where).
+    @field_validator("master")
+    @classmethod
+    def _master(cls, value: str | None) -> str | None:
+        from baton.spark.session import check_master
+
+        return check_master(value, "") if value else value
+
+    @field_validator("remote")
+    @classmethod
+    def _remote(cls, value: str | None) -> str | None:
+        from baton.spark.session import check_remote
+
+        return check_remote(value, "") if value else value
+
     @model_validator(mode="after")
     def _one_of(self) -> SparkConfig:
+        from baton.spark.session import DEFAULT_MASTER
+
         if self.master and self.remote:
             raise ValueError("give spark.master or spark.remote, not both")
         if not self.master and not self.remote:
-            self.master = "local[*]"
+            self.master = DEFAULT_MASTER
         return self
 
 
@@ -264,6 +281,12 @@ _ENV: dict[str, tuple[str, ...]] = {
 
 
 def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
+    # Either Spark variable says where Spark runs, replacing the file's choice (a file's
+    # master and the environment's remote are not "both": the environment wins).
+    spark = data.get("spark")
+    if isinstance(spark, dict) and (env.get("BATON_SPARK_MASTER") or env.get("BATON_SPARK_REMOTE")):
+        spark.pop("master", None)
+        spark.pop("remote", None)
     for var, path in _ENV.items():
         if var not in env:
             continue

@@ -70,10 +70,14 @@ async def run_node(
     mode: str = MICRO_BATCH,
     stop: asyncio.Event | None = None,
     master: str | None = None,
+    remote: str | None = None,
+    connect_session: str | None = None,
 ) -> int:
     """Serve the node at ``location`` until a stop signal (or ``stop`` is set); the exit
-    status. ``mode``: how its worker applies (:data:`~baton.spark.worker.MODES`); ``master``:
-    the Spark master of the process's session (``local[*]`` by default)."""
+    status. ``mode``: how its worker applies (:data:`~baton.spark.worker.MODES`); ``master``
+    or ``remote``: where the process's session runs (:func:`baton.spark.session.where`: the
+    ``BATON_SPARK_*`` variables, else ``local[*]``); ``connect_session``: the name of its
+    Spark Connect session (by default the node's lease), which a successor reattaches to."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     if stop is None:
         stop = asyncio.Event()
@@ -86,12 +90,20 @@ async def run_node(
     set_name, name, subscriber = identity
 
     work_dir = spark_work_dir or Path(tempfile.mkdtemp(prefix="baton-spark-"))
+    session_name = connect_session or cascade_lease(set_name, name)
 
     def spark() -> SparkSession:
-        from baton.spark.session import shared_session
+        from baton.spark.session import shared_session, where
 
-        log.info("spark starts", extra={"log": str(work_dir / "spark.log")})
-        return shared_session(work_dir=work_dir, quiet=True, master=master)
+        at = where(master, remote)
+        log.info("spark starts", extra={"at": str(at), "log": str(work_dir / "spark.log")})
+        return shared_session(
+            work_dir=work_dir,
+            quiet=True,
+            master=at.master,
+            remote=at.remote,
+            connect_session=session_name,
+        )
 
     if subscriber:
         # Start the JVM before campaigning: it takes seconds, a new leader should not.
@@ -132,18 +144,33 @@ async def run_nodes(
     *,
     mode: str = MICRO_BATCH,
     master: str | None = None,
+    remote: str | None = None,
 ) -> int:
     """Serve several nodes in one process until a stop signal: each under its own lease, all
     workers sharing the process's one Spark session (one JVM: a combined root and the
-    merge-leaves it hosts, say). The exit status."""
+    merge-leaves it hosts, say; over Spark Connect one server session, named after the
+    locations so that the next process serving them reattaches to it). The exit status."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     work_dir = spark_work_dir or Path(tempfile.mkdtemp(prefix="baton-spark-"))
+    session_name = (
+        None if len(locations) == 1 else "baton-cascade-run:" + ",".join(sorted(locations))
+    )
     codes = await asyncio.gather(
         *(
-            run_node(loc, store_url, ttl, work_dir, mode=mode, stop=stop, master=master)
+            run_node(
+                loc,
+                store_url,
+                ttl,
+                work_dir,
+                mode=mode,
+                stop=stop,
+                master=master,
+                remote=remote,
+                connect_session=session_name,
+            )
             for loc in locations
         )
     )

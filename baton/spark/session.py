@@ -1,24 +1,54 @@
-"""Building the SparkSession a node (or a test) uses.
+"""Building the SparkSession a node (or a test) uses, wherever Spark runs.
 
-``master`` (``local[*]`` by default) or ``remote`` (Spark Connect) come from the node config's
-``[spark]`` table; ``conf`` adds any Spark setting. ``quiet=True`` applies the settings that make
-a local session start fast and log little (tests and the demo): no UI, two shuffle partitions,
-loopback only, scratch directories inside ``work_dir``, and error-level logs in
-``work_dir/spark.log`` (not on the terminal).
+Where Spark runs is said the same way everywhere a session is built (``baton cascade run
+--spark-master/--spark-remote``, the node config's ``[spark]`` table, the demo, the test kit,
+the benchmarks): a ``master`` (``local[*]`` by default, ``local[N]``, ``spark://host:7077``, ...)
+for a classic session whose driver runs in this process, or a ``remote`` (``sc://host:15002``)
+for Spark Connect. When a caller gives neither, ``BATON_SPARK_MASTER`` or ``BATON_SPARK_REMOTE``
+decide (:func:`where`). ``conf`` adds any Spark setting.
+
+``quiet=True`` applies the settings that make a session start fast and log little: no UI,
+loopback only and two shuffle partitions on a local master, scratch directories inside
+``work_dir``, and error-level logs in ``work_dir/spark.log`` (not on the terminal). Nothing
+driver-local (a log4j file, a temporary directory) goes into the executors' settings: on a
+cluster they run on other hosts. Over Spark Connect the session is the server's: settings only
+the server can take (static ones: the UI, the driver, directories) are left to it, with one log
+line naming them, and the rest are set on the session.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import sys
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from baton.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger("baton.spark")
+
+#: The environment variables that say where Spark runs when a caller does not.
+ENV_MASTER = "BATON_SPARK_MASTER"
+ENV_REMOTE = "BATON_SPARK_REMOTE"
+DEFAULT_MASTER = "local[*]"
+
+_MASTER = re.compile(
+    r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]"
+    r"|spark://[^\s/]+(,[^\s/]+)*|(k8s|mesos)://\S+|yarn"
+)
+_REMOTE = re.compile(r"sc://[^\s/;:]+(:\d+)?/?(;[^\s;=]+=[^\s;]*)*")
+_LOCAL = re.compile(r"local(\[.*\])?")
+_LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 
 #: Quiet sessions log Spark's errors, with their whole traces, to ``spark.log`` in the work
 #: directory, not to the terminal: baton says in one line what happened and what it does next.
@@ -35,6 +65,131 @@ logger.spark.level = error
 """
 
 
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where a session's Spark runs: exactly one of ``master`` (a classic session) and
+    ``remote`` (Spark Connect)."""
+
+    master: str | None = None
+    remote: str | None = None
+
+    @property
+    def local(self) -> bool:
+        """A ``local[...]`` master: driver and executors in one JVM on this host."""
+        return self.master is not None and bool(_LOCAL.fullmatch(self.master))
+
+    @property
+    def loopback(self) -> bool:
+        """Local, or a standalone master on a loopback address (a cluster on this host: the
+        driver may then listen on loopback only)."""
+        if self.local:
+            return True
+        if self.master is None or not self.master.startswith("spark://"):
+            return False
+        hosts = [h.rsplit(":", 1)[0] for h in self.master.removeprefix("spark://").split(",")]
+        return all(h in _LOOPBACK for h in hosts)
+
+    def __str__(self) -> str:
+        return f"remote {self.remote}" if self.remote else f"master {self.master}"
+
+
+def check_master(master: str, source: str = "spark master") -> str:
+    """``master`` if Spark takes it, else :class:`ConfigError` saying what would be
+    (``source`` names where the value came from; empty when the caller names it)."""
+    if not _MASTER.fullmatch(master):
+        what = f"{source} {master!r} is not" if source else "not"
+        raise ConfigError(
+            f"{what} a Spark master: use local[*], local[N], spark://HOST:PORT (a standalone "
+            "cluster), yarn or k8s://URL"
+        )
+    return master
+
+
+def check_remote(remote: str, source: str = "spark remote") -> str:
+    """``remote`` if it is a Spark Connect URL, else :class:`ConfigError`."""
+    if not _REMOTE.fullmatch(remote):
+        what = f"{source} {remote!r} is not" if source else "not"
+        raise ConfigError(
+            f"{what} a Spark Connect URL: use sc://HOST:PORT (15002 by default), optionally "
+            "with ;key=value parameters"
+        )
+    return remote
+
+
+def where(
+    master: str | None = None, remote: str | None = None, env: Mapping[str, str] | None = None
+) -> Where:
+    """Where Spark runs: the ``master`` or ``remote`` given (not both), else the environment's
+    ``BATON_SPARK_REMOTE`` or ``BATON_SPARK_MASTER`` (not both), else ``local[*]``. A value
+    Spark would not take raises :class:`ConfigError`, before any JVM or connection starts."""
+    if master and remote:
+        raise ConfigError("give a Spark master or a Spark Connect remote, not both")
+    if master:
+        return Where(master=check_master(master))
+    if remote:
+        return Where(remote=check_remote(remote))
+    env = os.environ if env is None else env
+    env_master, env_remote = env.get(ENV_MASTER), env.get(ENV_REMOTE)
+    if env_master and env_remote:
+        raise ConfigError(f"set {ENV_MASTER} or {ENV_REMOTE}, not both")
+    if env_remote:
+        return Where(remote=check_remote(env_remote, ENV_REMOTE))
+    if env_master:
+        return Where(master=check_master(env_master, ENV_MASTER))
+    return Where(master=DEFAULT_MASTER)
+
+
+#: Spark Connect session ids are UUIDs; baton's are derived from a name (see
+#: :func:`connect_session_id`) so that a successor reattaches to its predecessor's session.
+_CONNECT_NAMESPACE = uuid.UUID("6f1d4d3e-1c6b-4b8e-9a52-0b7a3c2f5e10")
+#: How many generations of a named Connect session are tried (a closed one is skipped).
+CONNECT_GENERATIONS = 64
+
+
+def connect_session_id(name: str, generation: int = 0) -> str:
+    """The Spark Connect session id of ``name``'s ``generation`` (a version-4 UUID, as the
+    client insists, derived from the name: every process that gives the name gets the same)."""
+    derived = uuid.uuid5(_CONNECT_NAMESPACE, f"{name}#{generation}")
+    return str(uuid.UUID(bytes=derived.bytes, version=4))
+
+
+#: The quiet settings asked of a Spark Connect session (the UI ones are the server's).
+QUIET_CONNECT = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.stopTimeout": "10s",
+}
+
+
+def _quiet_settings(work: Path, at: Where) -> dict[str, str]:
+    """The quiet settings for a session at ``at``, with scratch files in ``work`` (on this
+    host: nothing here reaches an executor on another host)."""
+    log4j = work / "log4j2.properties"
+    log4j.write_text(LOG4J.format(log=work / "spark.log"))
+    driver_java = (
+        f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} "
+        "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    )
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(work / "local"),
+        "spark.sql.warehouse.dir": str(work / "warehouse"),
+        "spark.driver.extraJavaOptions": driver_java,
+        "spark.sql.streaming.stopTimeout": "10s",
+    }
+    if at.loopback:
+        # Everything on this host: listen on loopback only.
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+    if at.local:
+        # Small jobs on a small machine; a cluster's own sizes are left alone. Executors live
+        # in the driver's JVM here, so they share its options (and need none of their own).
+        settings["spark.sql.shuffle.partitions"] = "2"
+        settings["spark.default.parallelism"] = "2"
+    return settings
+
+
 def build_session(
     *,
     master: str | None = None,
@@ -43,12 +198,21 @@ def build_session(
     work_dir: Path | None = None,
     quiet: bool = False,
     app_name: str = "baton",
+    connect_session: str | None = None,
 ) -> SparkSession:
-    """A SparkSession (an existing active one is reused, as Spark does; a dead one's JVM is
-    replaced by a new one)."""
+    """A SparkSession at :func:`where` ``(master, remote)`` (a classic session: an existing
+    active one is reused, as Spark does; a dead one's JVM is replaced by a new one).
+
+    ``connect_session`` (Spark Connect only): a name for the server-side session. Processes
+    that give the same name attach to the same session, so a process that takes over from a
+    dead one (its lease's successor) sees, and can stop, the streaming queries the dead one
+    left running on the server. Without it every session is new."""
+    at = where(master, remote)
+    if at.remote:
+        return _connect_session(at.remote, conf or {}, work_dir, quiet, connect_session)
     from pyspark.sql import SparkSession
 
-    if not remote and not jvm_alive():
+    if not jvm_alive():
         # The JVM died (killed, out of memory), perhaps while a session was being built, so
         # that nobody holds a session to notice it by: PySpark would hand out its dead
         # gateway again, and every call would be refused for good.
@@ -57,44 +221,105 @@ def build_session(
     # whatever python3 is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
-    # Spark Connect (remote) or a classic session (master).
-    builder = builder.remote(remote) if remote else builder.master(master or "local[*]")
+    builder = SparkSession.builder.appName(app_name).master(at.master or DEFAULT_MASTER)
     settings: dict[str, str] = {}
+    work = Path(work_dir or Path.cwd() / ".spark")
     if quiet:
-        work = Path(work_dir or Path.cwd() / ".spark")
         work.mkdir(parents=True, exist_ok=True)
-        log4j = work / "log4j2.properties"
-        log4j.write_text(LOG4J.format(log=work / "spark.log"))
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        java = (
-            f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} "
-            "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-        )
-        settings = {
-            "spark.ui.enabled": "false",
-            "spark.ui.showConsoleProgress": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.local.dir": str(work / "local"),
-            "spark.sql.warehouse.dir": str(work / "warehouse"),
-            "spark.driver.extraJavaOptions": java,
-            "spark.executor.extraJavaOptions": java,
-            "spark.sql.streaming.stopTimeout": "10s",
-        }
+        if at.loopback:
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings = _quiet_settings(work, at)
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
-    if quiet and not remote:
-        with _stderr_to(Path(settings["spark.local.dir"]).parent / "spark.log"):
+    if quiet:
+        with _stderr_to(work / "spark.log"):
             session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
     else:
         session = builder.getOrCreate()
-    if quiet:
-        session.sparkContext.setLogLevel("ERROR")
     register(session)
     return session
+
+
+def _connect_session(
+    remote: str,
+    conf: Mapping[str, str],
+    work_dir: Path | None,
+    quiet: bool,
+    name: str | None,
+) -> SparkSession:
+    """A Spark Connect session at ``remote``: a new one, or with ``name`` the first of the
+    name's sessions the server has not closed (a closed session's queries were stopped with
+    it, so nothing is lost by moving past it)."""
+    from pyspark.sql import SparkSession
+
+    # The client has no JVM and no files of its own: of the quiet settings only those a
+    # session may take apply (the rest are the server's, and said to be so).
+    settings = {**(QUIET_CONNECT if quiet else {}), **conf}
+    generations = range(CONNECT_GENERATIONS) if name and "session_id=" not in remote else [None]
+    session: SparkSession | None = None
+    for generation in generations:
+        url = remote
+        if generation is not None and name is not None:
+            sid = f"session_id={connect_session_id(name, generation)}"
+            url = f"{remote};{sid}" if ";" in remote else f"{remote.rstrip('/')}/;{sid}"
+        session = SparkSession.builder.remote(url).create()
+        try:
+            session.streams.active  # noqa: B018 (the first call reaches the server)
+        except Exception as exc:
+            if _condition(exc) == "INVALID_HANDLE.SESSION_CLOSED" and generation is not None:
+                session.release_session_on_close = False  # type: ignore[attr-defined]
+                session.stop()
+                continue
+            raise ConfigError(
+                f"spark remote {_redact(remote)} did not answer: {_first_line(exc)}"
+            ) from None
+        break
+    else:
+        raise ConfigError(
+            f"spark remote {_redact(remote)}: the first {CONNECT_GENERATIONS} sessions of "
+            f"{name!r} are closed; restart the Spark Connect server or name another session"
+        )
+    assert session is not None
+    left = _apply_connect_settings(session, settings)
+    if left:
+        log.info(
+            "spark connect: server-side settings left to the server",
+            extra={"remote": _redact(remote), "settings": ",".join(sorted(left))},
+        )
+    register(session)
+    return session
+
+
+def _apply_connect_settings(session: SparkSession, settings: Mapping[str, str]) -> list[str]:
+    """Set on ``session`` what it can take; the keys only the server can take."""
+    left = []
+    for key, value in settings.items():
+        if session.conf.isModifiable(key):
+            session.conf.set(key, value)
+        else:
+            left.append(key)
+    return left
+
+
+def _condition(exc: BaseException) -> str | None:
+    get = getattr(exc, "getCondition", None)
+    return str(get()) if callable(get) and get() else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _redact(remote: str) -> str:
+    """``remote`` without its parameters (a ``token`` may be one)."""
+    return remote.split(";", 1)[0]
+
+
+def is_connect(session: SparkSession) -> bool:
+    """Whether ``session`` is a Spark Connect session (no local JVM, no RDDs)."""
+    return getattr(session, "_jsparkSession", None) is None and hasattr(session, "client")
 
 
 @contextlib.contextmanager
@@ -134,6 +359,7 @@ def shared_session(
     conf: Mapping[str, str] | None = None,
     work_dir: Path | None = None,
     quiet: bool = False,
+    connect_session: str | None = None,
 ) -> SparkSession:
     """The process's one SparkSession (one JVM per process, however often leadership comes and
     goes): built by the first call, with its settings, and returned by every later call."""
@@ -143,7 +369,12 @@ def shared_session(
         if not _SHARED:
             _SHARED.append(
                 build_session(
-                    master=master, remote=remote, conf=conf, work_dir=work_dir, quiet=quiet
+                    master=master,
+                    remote=remote,
+                    conf=conf,
+                    work_dir=work_dir,
+                    quiet=quiet,
+                    connect_session=connect_session,
                 )
             )
         return _SHARED[0]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import tempfile
 import threading
@@ -57,6 +58,25 @@ def db_tables(location: str) -> dict[str, str]:
         return db.tables()
 
 
+#: Every worker query is named ``baton-worker/<set>/<node>/e<epoch>``: whoever serves the node
+#: next finds the queries a dead predecessor left running (on a Spark Connect server, which
+#: outlives its clients) and stops those of older epochs before starting its own.
+QUERY_PREFIX = "baton-worker/"
+_QUERY_NAME = re.compile(r"baton-worker/(?P<set>[^/]+)/(?P<node>[^/]+)/e(?P<epoch>\d+)")
+
+
+def query_name(set_name: str, node: str, epoch: int) -> str:
+    return f"{QUERY_PREFIX}{set_name}/{node}/e{epoch}"
+
+
+def query_owner(name: str | None) -> tuple[str, str, int] | None:
+    """(set, node, epoch) of a worker query's name; None for any other query."""
+    found = _QUERY_NAME.fullmatch(name or "")
+    if found is None:
+        return None
+    return found["set"], found["node"], int(found["epoch"])
+
+
 def _first_line(exc: BaseException) -> str:
     """The message of a failed query without the JVM and Python stack traces Spark appends."""
     text = str(getattr(exc, "desc", None) or exc).strip()
@@ -78,6 +98,13 @@ class Worker:
     ) -> None:
         if mode not in MODES:
             raise CascadeInputError(f"bad worker mode {mode!r}: use one of {', '.join(MODES)}")
+        from baton.spark.session import is_connect
+
+        if mode == LOW_LATENCY and is_connect(spark):
+            raise CascadeInputError(
+                "the low-latency mode runs a Spark task through RDDs, which Spark Connect does "
+                "not have: use mode micro-batch with a remote, or a Spark master"
+            )
         self.mode = mode
         self.spark = spark
         self.location = location
@@ -91,6 +118,7 @@ class Worker:
         self._failed_at = -1
         self._waiting: list[str] = []
         self._pull = Every(PULL_INTERVAL)
+        self._name = ""
         self._scratch = Path(tempfile.mkdtemp(prefix="baton-worker-"))
         self._checkpoint: Path | None = None
         # Scratch only (the position lives in the node database): removed with the worker, or
@@ -105,7 +133,31 @@ class Worker:
             raise CascadeError(f"{st.name} is a {st.role}: it has no provider to follow")
         if st.provider not in nodes:
             raise CascadeError(f"{st.name}: provider {st.provider} is not in the node list")
+        self._name = query_name(st.set_name, st.name, self.epoch)
         return st.provider, nodes[st.provider][0]
+
+    def _stop_predecessors(self) -> None:
+        """Stop the session's queries of older workers of this node (a Spark Connect server
+        keeps running the query of a client that died; its session is found again by name,
+        see ``build_session(connect_session=...)``). A newer worker's query means this one is
+        stale: :class:`FencedOut`."""
+        mine = query_owner(self._name)
+        assert mine is not None
+        for query in self.spark.streams.active:
+            owner = query_owner(query.name)
+            if owner is None or owner[:2] != mine[:2]:
+                continue
+            if owner[2] > self.epoch:
+                raise FencedOut(
+                    f"worker for {mine[1]} at epoch {self.epoch} is stale: the query of epoch "
+                    f"{owner[2]} runs"
+                )
+            log.info(
+                "stopping the query of an older worker",
+                extra={"query": query.name, "epoch": self.epoch},
+            )
+            with contextlib.suppress(Exception):  # it may end by itself meanwhile
+                query.stop()
 
     def start(self) -> None:
         from baton.spark.session import activate
@@ -123,6 +175,7 @@ class Worker:
                 extra={"location": self.location, "provider": provider, "mode": self.mode},
             )
             return
+        self._stop_predecessors()
         checkpoint = self._scratch / f"checkpoint-{time.monotonic_ns()}"
         self._checkpoint = checkpoint
         reader = (
@@ -157,7 +210,7 @@ class Worker:
             .option("provider", provider)
             .option("checkpointLocation", str(checkpoint))
             .trigger(processingTime=self.trigger)
-            .queryName(f"baton-worker-{time.monotonic_ns()}")
+            .queryName(self._name)
             .start()
         )
 
