@@ -180,6 +180,16 @@ class StandaloneCluster:
             answer: dict[str, object] = json.loads(r.read())
         return answer
 
+    def executors(self) -> list[int]:
+        """The PIDs of the executor JVMs the workers run now."""
+        found = []
+        for worker in self._procs.procs[1:]:
+            for pid in descendants(worker.pid):
+                with contextlib.suppress(OSError):
+                    if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        found.append(pid)
+        return found
+
     def _wait_workers(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:

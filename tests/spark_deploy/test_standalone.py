@@ -1,0 +1,51 @@
+"""The cascade on a Spark standalone cluster (a master and two one-core workers started for the
+module): ``baton cascade run --spark-master spark://...`` serves the branch and the leaf, whose
+micro-batches run on the cluster's executors; one executor is SIGKILLed mid-stream, and every
+node ends with the root's rows, every event copied exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from baton.testing.spark_servers import StandaloneCluster
+from baton.testing.waiting import wait_for
+from tests.spark_deploy.procs import Cascade
+
+
+def test_cascade_on_a_standalone_cluster(standalone: StandaloneCluster, cascade: Cascade) -> None:
+    cascade.run("root", [cascade.loc["s1"]])
+    subs = cascade.run(
+        "subs", [cascade.loc["s2"], cascade.loc["s3"]], "--spark-master", standalone.url
+    )
+    cascade.start_writing()
+    wait_for(lambda: cascade.position("s3") > 2, timeout=150, what="the leaf's first batches")
+
+    # The application holds both workers' cores, and nothing of the driver's host (its
+    # scratch directory, its log4j file) is in its executors' settings.
+    executors = wait_for(
+        lambda: len(found := standalone.executors()) == 2 and found, timeout=30, what="executors"
+    )
+    apps = standalone.status()["activeapps"]
+    assert isinstance(apps, list) and len(apps) == 1 and apps[0]["cores"] == 2, apps
+    for pid in executors:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        assert str(cascade.dir) not in argv, argv
+
+    # An executor dies while batches flow: its tasks are retried elsewhere, the worker starts
+    # a new one, and the apply transaction makes every retry harmless.
+    before = cascade.position("s3")
+    os.kill(executors[0], signal.SIGKILL)
+    wait_for(
+        lambda: executors[0] not in (now := standalone.executors()) and len(now) == 2,
+        timeout=60,
+        what="a new executor",
+    )
+    wait_for(lambda: cascade.position("s3") > before + 5, timeout=60, what="the leaf to go on")
+    cascade.stop_writing()
+    upto = cascade.wait_synced()
+    cascade.check_equal(upto)
+    assert sum(cascade.written) > 200
+    assert subs.popen.poll() is None, "the worker process died"
+    assert not [line for line in subs.lines() if "Traceback" in line]
