@@ -97,6 +97,13 @@ async def run_node(
 
         at = where(master, remote)
         log.info("spark starts", extra={"at": str(at), "log": str(work_dir / "spark.log")})
+        if not at.local and location.startswith("sqlite:"):
+            # The source and the apply step open the node databases in Spark's tasks.
+            log.warning(
+                "a SQLite node with Spark off this process: every executor must see the file "
+                "at the same path (use PostgreSQL nodes on a cluster)",
+                extra={"location": location, "spark": str(at)},
+            )
         return shared_session(
             work_dir=work_dir,
             quiet=True,
