@@ -599,6 +599,9 @@ def switchover(
             "run the same switchover again to finish it"
         ) from None
     with c.db(root) as rdb:
+        # What the old root's subtree still needs (its subscribers' marks include theirs; a
+        # slow leaf below may be far behind the switch tick).
+        below = min([switch, *(m for n, m in rdb.watermarks().items() if n != new_root)])
         stray = list(rdb.events_after(switch))
         if any(e.type != WATERMARK for e in stray):
             raise Refused(
@@ -612,14 +615,16 @@ def switchover(
             # Hold the queue for the old root first: the moment the new root ticks it may
             # publish a watermark, and it must not run ahead of the nodes below the old root.
             with ndb.transaction() as cur:
-                ndb.set_watermark(cur, root, switch)
+                ndb.set_watermark(cur, root, below)
             _promote(ndb)
     with c.db(root) as rdb:
         _demote(rdb, new_root, switch)
         with rdb.transaction() as cur:
             rdb.set_local(cur, "switch_tick", None)
     with c.db(new_root) as ndb, ndb.transaction() as cur:
-        ndb.set_watermark(cur, root, switch)
+        # The new root pulls the old root's real mark from now on; until then, hold the queue
+        # down to what the old root's subtree needed.
+        ndb.set_watermark(cur, root, below)
         ndb.drop_subscriber(cur, new_root)
     with c.db(root) as rdb, rdb.transaction() as cur:
         rdb.drop_subscriber(cur, new_root)
@@ -657,9 +662,11 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
         raise Refused("no live branch carries the queue: nothing can become the root")
     # A combined set's new root must be a combined-failover (it hosts the merge-leaves that
     # take the partitions over); else the node with the highest tick.
-    best = max(carriers, key=lambda t: (t[1], t[0]))
+    # Ties go to the first name, as before combined sets.
+    best = min(carriers, key=lambda t: (not t[1], -t[0], t[2]))
     tag(c, dead_root, True)
     new_root = best[2]
+    was_under = c.state(new_root).provider
     # Fence first: from here no node applies another batch of the dead root (whose database
     # may still be readable, or come back). apply_batch refuses a batch from a provider that
     # is no longer the node's, in the transaction that would apply it.
@@ -671,6 +678,11 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
         catch_up(c, new_root, ahead[2])
     with c.db(new_root) as db:
         fork = _promote(db)
+    if was_under not in (None, dead_root) and not c.dead(was_under):
+        # The new root received from another branch: that one no longer holds its queue for
+        # it (it receives from the new root now, or will).
+        with suppress(CascadeError, OSError), c.db(was_under) as pdb, pdb.transaction() as cur:
+            pdb.drop_subscriber(cur, new_root)
     _bury_merge_leaves(c, new_root, dead_root)
     for name, (loc, dead) in sorted(c.nodes.items()):
         if dead or name == new_root:

@@ -71,6 +71,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "baton.demo",
         "baton.demo_cascade",
+        "baton.demo_partitions",
         "baton.demo_channels",
         "baton.demo_failover",
         "baton.demo_placement",
