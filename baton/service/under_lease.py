@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("baton.cascade")
+#: SQLite locations already warned about (once per process is enough).
+_WARNED: set[str] = set()
 
 
 async def node_identity(location: str, stop: asyncio.Event) -> tuple[str, str, bool] | None:
@@ -97,7 +99,8 @@ async def run_node(
 
         at = where(master, remote)
         log.info("spark starts", extra={"at": str(at), "log": str(work_dir / "spark.log")})
-        if not at.local and location.startswith("sqlite:"):
+        if not at.local and location.startswith("sqlite:") and location not in _WARNED:
+            _WARNED.add(location)
             # The source and the apply step open the node databases in Spark's tasks.
             log.warning(
                 "a SQLite node with Spark off this process: every executor must see the file "
