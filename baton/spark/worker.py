@@ -58,15 +58,16 @@ def db_tables(location: str) -> dict[str, str]:
         return db.tables()
 
 
-#: Every worker query is named ``baton-worker/<set>/<node>/e<epoch>``: whoever serves the node
-#: next finds the queries a dead predecessor left running (on a Spark Connect server, which
-#: outlives its clients) and stops those of older epochs before starting its own.
+#: Every worker query is named ``baton-worker/<set>/<node>/e<epoch>/<start>``: whoever serves
+#: the node next finds the queries a dead predecessor left running on a Spark Connect server
+#: (which outlives its clients) and stops those of older epochs before starting its own. The
+#: start time keeps names unique within a session (Spark refuses two active queries of one name).
 QUERY_PREFIX = "baton-worker/"
-_QUERY_NAME = re.compile(r"baton-worker/(?P<set>[^/]+)/(?P<node>[^/]+)/e(?P<epoch>\d+)")
+_QUERY_NAME = re.compile(r"baton-worker/(?P<set>[^/]+)/(?P<node>[^/]+)/e(?P<epoch>\d+)(/[^/]*)?")
 
 
 def query_name(set_name: str, node: str, epoch: int) -> str:
-    return f"{QUERY_PREFIX}{set_name}/{node}/e{epoch}"
+    return f"{QUERY_PREFIX}{set_name}/{node}/e{epoch}/{time.time_ns()}"
 
 
 def query_owner(name: str | None) -> tuple[str, str, int] | None:
@@ -137,10 +138,15 @@ class Worker:
         return st.provider, nodes[st.provider][0]
 
     def _stop_predecessors(self) -> None:
-        """Stop the session's queries of older workers of this node (a Spark Connect server
-        keeps running the query of a client that died; its session is found again by name,
-        see ``build_session(connect_session=...)``). A newer worker's query means this one is
-        stale: :class:`FencedOut`."""
+        """Over Spark Connect, stop the session's queries of older workers of this node (the
+        server keeps running the queries of a client that died; its session is found again by
+        name, see ``build_session(connect_session=...)``). A newer worker's query means this
+        one is stale: :class:`FencedOut`. A classic session's queries die with its process,
+        so there the epoch fence alone decides (tests run stale workers beside new ones)."""
+        from baton.spark.session import is_connect
+
+        if not is_connect(self.spark):
+            return
         mine = query_owner(self._name)
         assert mine is not None
         for query in self.spark.streams.active:
