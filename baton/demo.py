@@ -32,6 +32,7 @@ from __future__ import annotations
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,8 +115,31 @@ def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]
     return good
 
 
-def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> bool:
-    """Run the demonstration; return True when everything it shows actually happened."""
+def _on_a_cluster(
+    console: Console, tmp: Path, step: Callable[[str, float, str, bool], None]
+) -> bool:
+    """The cascade part on a standalone Spark cluster started here: a master and two workers
+    of two cores (four task slots, as the local demo has), stopped afterwards."""
+    from baton.testing.spark_servers import StandaloneCluster
+
+    console.rule("[bold]a standalone Spark cluster: a master and two workers")
+    t0 = time.monotonic()
+    with console.status("starting the Spark master and two workers..."):
+        cluster = StandaloneCluster(tmp / "spark-cluster", workers=2, cores=2).start()
+    try:
+        step("standalone Spark cluster", time.monotonic() - t0,
+             f"{cluster.url}, 2 workers x 2 cores (logs in {cluster.work})", True)  # fmt: skip
+        return cascade_part(console, tmp / "cascade", step, master=cluster.url)
+    finally:
+        cluster.stop()
+
+
+def run_demo(
+    nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None, spark: str = "local"
+) -> bool:
+    """Run the demonstration; return True when everything it shows actually happened.
+    ``spark``: ``local`` (the cascade part on ``local[4]``) or ``cluster`` (on a standalone
+    cluster of two workers started for it)."""
     console = Console(stderr=False)
     timings = Timings.for_ttl(ttl)
     tmp = Path(workdir or tempfile.mkdtemp(prefix="baton-demo-"))
@@ -221,7 +245,10 @@ def run_demo(nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None) -> b
         def step(what: str, seconds: float, detail: str, good: bool) -> None:
             steps.append(Step(what, seconds, detail, good))
 
-        ok &= cascade_part(console, tmp / "cascade", step)
+        if spark == "cluster":
+            ok &= _on_a_cluster(console, tmp, step)
+        else:
+            ok &= cascade_part(console, tmp / "cascade", step)
         ok &= failover_part(console, tmp / "failover", step)
     except (WaitTimeout, AssertionError) as exc:
         steps.append(Step("demo step", 0.0, f"did not happen: {describe(exc)}", False))

@@ -65,13 +65,14 @@ def _one_row_lag(s: LocalSet) -> float:
     return time.monotonic() - t0
 
 
-def cascade_part(console: Console, workdir: Path, step: Step) -> bool:
+def cascade_part(console: Console, workdir: Path, step: Step, master: str = "local[4]") -> bool:
+    """``master``: where Spark runs (four task slots: see below)."""
     console.rule("[bold]cascade: root -> branch -> leaf on Spark, the root lost, failover")
     t0 = time.monotonic()
     # Four task slots: two low-latency workers hold one each for as long as they run, and the
     # partitions part's micro-batches and copies need the others.
-    spark = build_session(master="local[4]", work_dir=workdir / "spark", quiet=True)
-    step("Spark session (local[4])", time.monotonic() - t0, spark.version, True)
+    spark = build_session(master=master, work_dir=workdir / "spark", quiet=True)
+    step(f"Spark session ({master})", time.monotonic() - t0, spark.version, True)
     ok = True
     try:
         with LocalSet(workdir, spark, mode=LOW_LATENCY) as s:

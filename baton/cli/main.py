@@ -294,7 +294,15 @@ def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
 @cli.command()
 @click.option("--nodes", default=3, show_default=True, help="Election participants.")
 @click.option("--ttl", type=float, default=2.0, show_default=True, help="Lease ttl in seconds.")
-def demo(nodes: int, ttl: float) -> None:
+@click.option(
+    "--spark",
+    type=click.Choice(["local", "cluster"]),
+    default="local",
+    show_default=True,
+    help="Where the cascade part's Spark runs: local[4], or a standalone cluster (a master and "
+    "two workers) started for the demo.",
+)
+def demo(nodes: int, ttl: float, spark: str) -> None:
     """Run the demonstration on the embedded default (SQLite): elect, kill, take over; then
     a node cluster, a live channel, placement, a cascade on Spark and a Redis store failover."""
     from baton.demo import run_demo
@@ -302,7 +310,7 @@ def demo(nodes: int, ttl: float) -> None:
     if nodes < 2:
         raise click.UsageError("--nodes must be at least 2 to show a takeover")
     started = time.monotonic()
-    ok = run_demo(nodes=nodes, ttl=ttl)
+    ok = run_demo(nodes=nodes, ttl=ttl, spark=spark)
     click.echo(f"demo {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s")
     sys.exit(0 if ok else 1)
 
