@@ -48,7 +48,7 @@ from baton.service.node import NodeService
 from baton.spark.worker import MICRO_BATCH, MODES
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
-from bench.common import PeakMemory, loadavg, node_locations, temp_dir
+from bench.common import PeakMemory, loadavg, node_locations, step_service, temp_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -119,26 +119,14 @@ class BatonSet:
 
     def _run(self, service: NodeService) -> None:
         # The ticker steps at its period; a subscriber's check at CHECK_INTERVAL. A node's role
-        # changes in a switchover, and its pace with it.
-        failing_since: float | None = None
-        while not self.halt.wait(
-            service.ticker.period if service.role is Role.ROOT else CHECK_INTERVAL
-        ):
-            try:
-                service.step()
-                failing_since = None
-            except CascadeError as exc:
-                # What a node service waits out (NodeService.run's policy): in a switchover the
-                # old root's worker may wait a moment for the new root's task slot. A failure
-                # that goes on is reported by check().
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if isinstance(exc, FencedOut) or now - failing_since > SERVICE_PATIENCE:
-                    self.errors.append(exc)
-                    return
-            except BaseException as exc:  # reported by check()
-                self.errors.append(exc)
-                return
+        # changes in a switchover, and its pace with it. What a node service waits out
+        # (NodeService.run's policy): in a switchover the old root's worker may wait a moment
+        # for the new root's task slot; a failure that goes on is reported by check().
+        step_service(
+            service, self.halt, self.errors,
+            lambda: service.ticker.period if service.role is Role.ROOT else CHECK_INTERVAL,
+            SERVICE_PATIENCE, (CascadeError,), (FencedOut,),
+        )  # fmt: skip
 
     def check(self) -> None:
         if self.errors:

@@ -15,10 +15,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from baton.testing.fenced import Entry
 from baton.testing.servers import PG_BIN, PostgresServer, RedisServer
+
+if TYPE_CHECKING:
+    import threading
+
+    from baton.service.node import NodeService
 
 T = TypeVar("T")
 
@@ -308,3 +313,32 @@ def node_locations(kind: str, names: Sequence[str], directory: Path, pg_url: str
         return {n: f"{base}/{prefix}_{n}" for n in names}
     directory.mkdir(parents=True, exist_ok=True)
     return {n: f"sqlite://{directory / n}.db" for n in names}
+
+
+def step_service(  # noqa: PLR0917
+    service: NodeService,
+    halt: threading.Event,
+    errors: list[BaseException],
+    interval: Callable[[], float],
+    patience: float,
+    waited_out: tuple[type[BaseException], ...],
+    fatal: tuple[type[BaseException], ...] = (),
+) -> None:
+    """Step a node service (``service.step()``) every ``interval()`` seconds until ``halt`` is
+    set, as ``baton cascade run`` does: errors of the ``waited_out`` kinds are waited out for up
+    to ``patience`` seconds in a row (``fatal`` ones never), anything else ends the loop; the
+    error that ended it is appended to ``errors`` (the benchmark's check reports it)."""
+    failing_since: float | None = None
+    while not halt.wait(interval()):
+        try:
+            service.step()
+            failing_since = None
+        except waited_out as exc:
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if isinstance(exc, fatal) or now - failing_since > patience:
+                errors.append(exc)
+                return
+        except BaseException as exc:  # reported by the caller's check
+            errors.append(exc)
+            return

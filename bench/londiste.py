@@ -214,22 +214,9 @@ class Cascade:
         self.wait_tables_ok(timeout=60)
 
     def start_pgqd(self) -> None:
-        s = self.settings
-        ini = self.directory / "pgqd.ini"
-        ini.write_text(
-            "[pgqd]\n"
-            f"base_connstr = host=127.0.0.1 port={self.server.port} user=postgres\n"
-            "initial_database = postgres\n"
-            f"database_list = {', '.join(f'l_{n}' for n in NODES)}\n"
-            f"logfile = {self.directory / 'pgqd.log'}\n"
-            f"pidfile = {self.directory / 'pgqd.pid'}\n"
-            f"check_period = {s.check_period}\n"
-            f"ticker_period = {s.ticker_period}\n"
-            "retry_period = 1\n"
-            "maint_period = 60\n"
+        self.pgqd = start_pgqd(
+            self.directory, self.server.port, [f"l_{n}" for n in NODES], self.settings
         )
-        with (self.directory / "pgqd.out").open("ab") as out:
-            self.pgqd = subprocess.Popen(["pgqd", "-q", str(ini)], stdout=out, stderr=out)
 
     def londiste(self, node: str, *args: str, timeout: float = 120) -> str:
         res = subprocess.run(
@@ -302,6 +289,28 @@ class Cascade:
         self.server.stop()
         with contextlib.suppress(OSError):
             shutil.rmtree(self.server.directory)
+
+
+def start_pgqd(
+    directory: Path, port: int, databases: list[str], settings: Settings
+) -> subprocess.Popen[bytes]:
+    """``pgqd`` ticking ``databases`` on the PostgreSQL server at ``port`` with the tuning of
+    ``settings`` (its config, log and pid file in ``directory``)."""
+    ini = directory / "pgqd.ini"
+    ini.write_text(
+        "[pgqd]\n"
+        f"base_connstr = host=127.0.0.1 port={port} user=postgres\n"
+        "initial_database = postgres\n"
+        f"database_list = {', '.join(databases)}\n"
+        f"logfile = {directory / 'pgqd.log'}\n"
+        f"pidfile = {directory / 'pgqd.pid'}\n"
+        f"check_period = {settings.check_period}\n"
+        f"ticker_period = {settings.ticker_period}\n"
+        "retry_period = 1\n"
+        "maint_period = 60\n"
+    )
+    with (directory / "pgqd.out").open("ab") as out:
+        return subprocess.Popen(["pgqd", "-q", str(ini)], stdout=out, stderr=out)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -60,7 +60,7 @@ import psycopg
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
 from bench.common import BenchError, loadavg, temp_dir
-from bench.londiste import Settings, _stop, ensure_installed
+from bench.londiste import Settings, _stop, ensure_installed, start_pgqd
 from bench.partitions import PARTS, SPAN, measure_burst, measure_lag
 
 COMBINED = "combined"
@@ -220,22 +220,7 @@ class PartitionCascade:
                 self.londiste(leaf, "add-table", TABLE, "--merge-all")
 
     def start_pgqd(self) -> None:
-        s = self.settings
-        ini = self.directory / "pgqd.ini"
-        ini.write_text(
-            "[pgqd]\n"
-            f"base_connstr = host=127.0.0.1 port={self.server.port} user=postgres\n"
-            "initial_database = postgres\n"
-            f"database_list = {', '.join(self.databases)}\n"
-            f"logfile = {self.directory / 'pgqd.log'}\n"
-            f"pidfile = {self.directory / 'pgqd.pid'}\n"
-            f"check_period = {s.check_period}\n"
-            f"ticker_period = {s.ticker_period}\n"
-            "retry_period = 1\n"
-            "maint_period = 60\n"
-        )
-        with (self.directory / "pgqd.out").open("ab") as out:
-            self.pgqd = subprocess.Popen(["pgqd", "-q", str(ini)], stdout=out, stderr=out)
+        self.pgqd = start_pgqd(self.directory, self.server.port, self.databases, self.settings)
 
     def londiste(self, node: Node, *args: str, timeout: float = 120) -> str:
         """Run ``londiste NODE.ini ARGS``; raise :class:`BenchError` with its output if it

@@ -39,7 +39,7 @@ from baton.service.node import NodeService
 from baton.spark.worker import LOW_LATENCY
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
-from bench.common import PeakMemory, loadavg, node_locations, quantile, temp_dir
+from bench.common import PeakMemory, loadavg, node_locations, quantile, step_service, temp_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,20 +104,11 @@ class PartitionSets:
             self.threads.append(thread)
 
     def _run(self, service: NodeService) -> None:
-        failing_since: float | None = None
-        while not self.halt.wait(service.ticker.period if service.role is Role.ROOT else 0.25):
-            try:
-                service.step()
-                failing_since = None
-            except CascadeError as exc:
-                now = time.monotonic()
-                failing_since = failing_since or now
-                if isinstance(exc, FencedOut) or now - failing_since > 60:
-                    self.errors.append(exc)
-                    return
-            except BaseException as exc:  # reported by check()
-                self.errors.append(exc)
-                return
+        step_service(
+            service, self.halt, self.errors,
+            lambda: service.ticker.period if service.role is Role.ROOT else 0.25,
+            60.0, (CascadeError,), (FencedOut,),
+        )  # fmt: skip
 
     def check(self) -> None:
         if self.errors:
