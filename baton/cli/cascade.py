@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -64,6 +64,23 @@ def _via(via: str | None) -> str:
 
 def _echo_json(value: object) -> None:
     click.echo(json.dumps(value, indent=2))
+
+
+def _print_pairs(
+    found: Mapping[str, object],
+    shown: Mapping[str, str],
+    as_json: bool,
+    headers: tuple[str, str],
+    title: str,
+) -> None:
+    """``found`` as JSON, or ``shown`` (the same keys, as text) as a two-column table."""
+    if as_json:
+        _echo_json(found)
+        return
+    out = Table(*headers, title=title)
+    for name, value in shown.items():
+        out.add_row(name, value)
+    Console().print(out)
 
 
 via_option = click.option(
@@ -231,13 +248,7 @@ def remove_table(table: str, node: str, via: str | None) -> None:
 def tables(node: str, via: str | None, as_json: bool) -> None:
     """The tables NODE replicates and their state (copying, catching-up, ok)."""
     found = commands.tables(_via(via), node)
-    if as_json:
-        _echo_json(found)
-        return
-    out = Table("table", "state", title=f"tables of {node}")
-    for name, state in found.items():
-        out.add_row(name, state)
-    Console().print(out)
+    _print_pairs(found, found, as_json, ("table", "state"), f"tables of {node}")
 
 
 @cascade.command("missing")
@@ -565,13 +576,8 @@ def remove_seq(seq: str, node: str, via: str | None) -> None:
 def seqs_(node: str, via: str | None, as_json: bool) -> None:
     """The sequences NODE keeps and their last values there."""
     found = commands.list_seqs(_via(via), node)
-    if as_json:
-        _echo_json(found)
-        return
-    out = Table("sequence", "last value", title=f"sequences of {node}")
-    for name, value in found.items():
-        out.add_row(name, "-" if value is None else str(value))
-    Console().print(out)
+    shown = {name: "-" if value is None else str(value) for name, value in found.items()}
+    _print_pairs(found, shown, as_json, ("sequence", "last value"), f"sequences of {node}")
 
 
 # -- foreign keys and triggers ---------------------------------------------------------------
