@@ -96,6 +96,8 @@ class NodeAgent:
         )
         self._spark: Any = None
         self._spark_lock = threading.Lock()
+        #: Spark Connect sessions per placed group (see :meth:`spark`).
+        self._connect_sessions: dict[str, Any] = {}
         self._background: set[asyncio.Future[None]] = set()
         #: Store-failover roles from ``[redis_failover]`` (started with the node).
         self.failover: Roles | None = None
@@ -141,9 +143,31 @@ class NodeAgent:
             sorted(self.types),
         )
 
-    def spark(self) -> Any:
+    def spark(self, name: str = "") -> Any:
         """This node's SparkSession (one JVM per agent), built on first use from ``[spark]``;
-        blocking, so workloads call it from a thread."""
+        blocking, so workloads call it from a thread. Over Spark Connect, ``name`` (a placed
+        object's group) gets a server-side session of its own, named after it: the node that
+        leads the group next, this one or another, attaches to the same session and finds the
+        queries a dead predecessor left running there (the worker stops them)."""
+        from baton.spark.session import where
+
+        sc = self.config.spark
+        remote = where(sc.master, sc.remote).remote
+        if remote and name:
+            with self._spark_lock:
+                found = self._connect_sessions.get(name)
+                if found is None:
+                    from baton.spark.session import build_session
+
+                    found = build_session(
+                        remote=remote,
+                        conf=sc.conf,
+                        work_dir=self.config.data_dir / "spark",
+                        quiet=True,
+                        connect_session=f"baton-object:{name}",
+                    )
+                    self._connect_sessions[name] = found
+                return found
         with self._spark_lock:
             if self._spark is not None:
                 from baton.spark.session import forget, jvm_alive

@@ -17,6 +17,7 @@ regardless.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ class Runner:
         types: dict[str, type[Workload]],
         fetch: Fetch,
         may_lead: Callable[[], bool],
-        spark: Callable[[], Any] | None = None,
+        spark: Callable[[str], Any] | None = None,
     ) -> None:
         self.node_id = node_id
         self.store = store
@@ -152,8 +153,12 @@ class Runner:
             obj = obj.model_copy(update={"spec": cls.validate_spec(obj.spec)})
             path = self.data_dir / "groups" / group.object / str(group.partition)
             path.mkdir(parents=True, exist_ok=True)
+            # A Spark session named after the group (over Spark Connect the server keeps one
+            # per name): whichever node leads the group next reattaches to it and stops the
+            # queries its predecessor left running there.
+            spark = None if self.spark is None else functools.partial(self.spark, group.key)
             ctx = WorkloadContext(
-                obj, group.partition, group.key, self.node_id, path, self.fetch, self.spark
+                obj, group.partition, group.key, self.node_id, path, self.fetch, spark
             )
             member = Member(cls(ctx))
         except Exception as exc:  # the type's code or its input: isolate it, never the node
