@@ -161,8 +161,25 @@ def merge_events(
             if e.ev_id in reflected.get(e.table, (0, ()))[1]:
                 continue
         out.append(e)
-    # With the tick, what of each table's initial copy is still ahead of it (see
-    # NodeDB.track_partition): a merge-leaf taking over from this tick needs it.
+    db.insert_events(cur, out)
+    partition_tick(db, cur, st, end, tables, skip_upto, reflected)
+    return len(out) + 1
+
+
+def partition_tick(  # noqa: PLR0917
+    db: NodeDB,
+    cur: Any,
+    st: NodeState,
+    end: int,
+    tables: Mapping[str, str],
+    skip_upto: Mapping[str, int],
+    reflected: Mapping[str, tuple[int, Collection[int]]],
+) -> None:
+    """Queue a :data:`PARTITION_TICK` for merge-leaf ``st`` at partition tick ``end`` in the
+    combined set, with what of each table's initial copy is still ahead of it (states, copy
+    ticks, the events a copy showed): a merge-leaf taking over from this tick needs it (see
+    NodeDB.track_partition). A merge batch ends with one; so does a merge-leaf's copy, in its
+    own transaction, so that any node holding the copy's rows knows the copy was made."""
     copies: dict[str, dict[str, Any]] = {}
     for table, state in tables.items():
         upto, ids = reflected.get(table, (0, frozenset()))
@@ -170,10 +187,8 @@ def merge_events(
             copies[table] = {"state": state, "tick": skip_upto.get(table, 0), "upto": upto,
                              "ids": sorted(ids) if upto > end else []}  # fmt: skip
     mark = {"set": st.set_name, "tick": end, **({"copies": copies} if copies else {})}
-    out.append(Event(0, 0.0, PARTITION_TICK, None, None, json.dumps(mark)))
-    db.insert_events(cur, out)
+    db.insert_events(cur, [Event(0, 0.0, PARTITION_TICK, None, None, json.dumps(mark))])
     db.track_partition(cur, st.set_name, end)
-    return len(out)
 
 
 def apply_batch(

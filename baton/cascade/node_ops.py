@@ -11,7 +11,13 @@ import re
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
-from baton.cascade.apply import apply_batch, reduce_events, rows_by_table, write_rows
+from baton.cascade.apply import (
+    apply_batch,
+    partition_tick,
+    reduce_events,
+    rows_by_table,
+    write_rows,
+)
 from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.db.base import split_location
 from baton.cascade.model import ROW_TYPES, Event, NodeState, Role, TableCopy
@@ -309,6 +315,12 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
                 db.set_reflected(cur, table, ahead, copy.reflected if ahead else ())
                 state = "catching-up" if position < max(tick, ahead) else "ok"
                 db.set_table(cur, table, state, tick)
+                if st.merge_leaf and db.host_role() is Role.ROOT:
+                    # The copy's rows enter the combined queue (captured) with this: a
+                    # merge-leaf taking over from here must not copy again.
+                    now = db.tables()
+                    ticks = {t: db.table_tick(t) for t in now}
+                    partition_tick(db, cur, st, position, now, ticks, db.reflected())
         return state
 
 

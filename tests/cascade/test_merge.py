@@ -376,3 +376,42 @@ def test_failover_while_a_merge_copy_is_not_done(tmp_path: Path) -> None:
     tick(loc["a1"])
     assert pump(a3).applied
     assert rows(loc["s2"]) == rows(loc["a1"])
+
+
+def test_failover_right_after_a_merge_copy(tmp_path: Path) -> None:
+    """S1's merge-leaf copied A's table, and S1 was lost before merging any batch after it:
+    the copy's own partition tick tells S2 the copy was made, so S2's merge-leaf does not copy
+    again (which would write every row version a second time) and goes on from there."""
+    loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("a1", "s1", "s2")}
+    for location in loc.values():
+        create_accounts(location)
+    audit(loc["s2"])
+    node_ops.create_root("a1", loc["a1"], "A")
+    node_ops.create_root("s1", loc["s1"], "S")
+    for root in ("a1", "s1"):
+        node_ops.add_table(loc[root], "accounts")
+    node_ops.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    node_ops.add_table(loc["s2"], "accounts")
+    tick(loc["s1"])
+    pump(loc["s2"])
+    tick(loc["a1"])
+    a2, a3 = merge.merge_location(loc["s1"], "A"), merge.merge_location(loc["s2"], "A")
+    merge.create_merge_leaf("a2", loc["s1"], "a1", loc["a1"])
+    merge.create_merge_leaf("a3", loc["s2"], "a1", loc["a1"])
+    node_ops.add_table(a2, "accounts")
+    node_ops.add_table(a3, "accounts")
+    write(loc["a1"], {1: 10, 2: 20})
+    tick(loc["a1"])
+    assert pump(a2, copy=False).applied  # a batch merged while the copy waits
+    assert node_ops.copy_table(a2, "accounts") in ("ok", "catching-up")  # then the copy
+    tick(loc["s1"])
+    pump(loc["s2"])  # S2 holds the copy's rows and its partition tick, then S1 is lost
+    with open_node_db(a3) as db:
+        assert db.tables()["accounts"] != "copying"
+    assert set_ops.failover(set_ops.CascadeSet(loc["s2"]), "s1")[0] == "s2"
+    write(loc["a1"], {3: 30}, delete=(1,))
+    tick(loc["a1"])
+    assert pump(a3).applied
+    assert rows(loc["s2"]) == rows(loc["a1"])
+    seen = audited(loc["s2"])
+    assert len(seen) == len(set(seen)), "a row version was written twice at S2"

@@ -224,7 +224,10 @@ class NodeDB(abc.ABC):
             # Created before the combined set had brought any partition tick: its position is
             # a guess until the first one comes (and may have to move back to it).
             unknown = self.get_local("tracking") == "unknown"
-            if int(self.get_local("position") or 0) >= tick and not unknown:
+            position = int(self.get_local("position") or 0)
+            if position > tick and not unknown:
+                return  # a late one: the copies it names are older than what is known
+            if position == tick and not unknown and copies is None:
                 return
             self.set_local(cur, "position", str(tick))
             self.set_local(cur, "tracking", None)
