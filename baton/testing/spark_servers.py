@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Self
 
 from baton.errors import ServerError
+from baton.spark.session import LOG4J as SESSION_LOG4J
 from baton.testing.processes import descendants
 from baton.testing.servers import free_port, wait_port
 
@@ -34,16 +35,8 @@ from baton.testing.servers import free_port, wait_port
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: How long a server may take to start on a busy 2-core machine.
 START_TIMEOUT = 120.0
-#: Daemon and server JVMs log errors only, to a file (the same format as baton's sessions).
-LOG4J = """\
-rootLogger.level = error
-rootLogger.appenderRef.file.ref = file
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = {log}
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n
-"""
+#: Daemon and server JVMs log errors only, to a file: the format of baton's sessions.
+LOG4J = SESSION_LOG4J
 
 
 def spark_home() -> Path:
