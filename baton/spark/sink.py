@@ -54,7 +54,7 @@ def apply_arrow(
     from baton.cascade.db import open_node_db
     from baton.spark import rows
 
-    with open_node_db(subscriber) as db:
+    with open_node_db(subscriber, existing=True) as db:
         batch = rows.decode(table, db.state().needs_events, whole)
         if batch is None:
             return None

@@ -109,7 +109,7 @@ class BatonStreamReader(DataSourceStreamReader):
         from baton.cascade.db import open_node_db
 
         # The provider is another node: read it without ever taking its write lock.
-        return open_node_db(location, readonly=location == self.provider)
+        return open_node_db(location, readonly=location == self.provider, existing=True)
 
     def initialOffset(self) -> dict[str, int]:
         if self.subscriber:

@@ -85,7 +85,10 @@ def follow(spec: Follow) -> str:
     ``"provider changed"``, ``"fenced"``, ``"promoted"``). Runs in a Spark task."""
     from baton.cascade.db import open_node_db
 
-    with open_node_db(spec.subscriber) as db, open_node_db(spec.provider, readonly=True) as src:
+    with (
+        open_node_db(spec.subscriber, existing=True) as db,
+        open_node_db(spec.provider, readonly=True) as src,
+    ):
         while True:
             done = step(db, src, spec)
             if done == IDLE:

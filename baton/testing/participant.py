@@ -31,10 +31,9 @@ async def run(url: str, name: str, node_id: str, log_path: str, ttl: float) -> N
 
     election.on_event(report)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
     await election.start()
-    try:
+
+    async def lead() -> None:
         while not stop.is_set():
             try:
                 async with election.leadership() as term:
@@ -45,6 +44,21 @@ async def run(url: str, name: str, node_id: str, log_path: str, ttl: float) -> N
                         await asyncio.sleep(0.02)
             except LeaseLost:
                 continue
+
+    # SIGTERM cancels the loop wherever it waits: a follower waits for leadership, and would
+    # not see a flag until it led (tests then waited out their stop timeout).
+    body = asyncio.ensure_future(lead())
+    loop = asyncio.get_running_loop()
+
+    def terminate() -> None:
+        stop.set()
+        body.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        await body
+    except asyncio.CancelledError:
+        pass
     finally:
         await election.stop()
         await store.close()

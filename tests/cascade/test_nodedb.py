@@ -667,3 +667,18 @@ def test_a_demoted_root_neither_ticks_nor_emits(db: NodeDB) -> None:
     before = db.pending()[0]
     assert publish_watermark(db) is None
     assert db.pending()[0] == before
+
+
+def test_a_task_never_makes_a_missing_sqlite_node(tmp_path: Path) -> None:
+    """Spark's tasks open nodes with ``existing=True``: on a host that does not see the file,
+    one clear error, and no new empty database where the node is not."""
+    from baton.errors import NodeUnreachable
+
+    missing = tmp_path / "elsewhere.db"
+    with pytest.raises(NodeUnreachable, match="reachable at the same path wherever Spark runs"):
+        open_node_db(f"sqlite:///{missing}", existing=True)
+    assert not missing.exists()
+    with open_node_db(f"sqlite:///{missing}") as db:  # where the node is made: made
+        db.install()
+    with open_node_db(f"sqlite:///{missing}", existing=True) as db:
+        assert db.is_installed() is False  # opened, not refused

@@ -10,17 +10,20 @@ from baton.cascade.db.base import NodeDB, ident
 from baton.errors import CascadeInputError
 
 
-def open_node_db(location: str, readonly: bool = False) -> NodeDB:
+def open_node_db(location: str, readonly: bool = False, existing: bool = False) -> NodeDB:
     """The node database at ``location`` (``sqlite:///path`` or ``postgresql://...``).
 
     ``readonly``: for reading *another* node's database (a provider's queue or tables, a
     subscriber's position). A process may be paused at any moment, and what it holds on another
     node's database must never stop that node: a read-only SQLite connection takes no write
-    lock at all, not even the checkpoint a last connection makes when it closes."""
+    lock at all, not even the checkpoint a last connection makes when it closes.
+
+    ``existing``: the node must already be there (Spark's tasks, which may run on another host:
+    a SQLite file missing there is :class:`NodeUnreachable`, never a new empty database)."""
     if location.startswith("sqlite:"):
         from baton.cascade.db.sqlite import SQLiteNodeDB
 
-        return SQLiteNodeDB(location, readonly=readonly)
+        return SQLiteNodeDB(location, readonly=readonly, existing=existing)
     if location.startswith(("postgresql:", "postgres:")):
         from baton.cascade.db.postgres import PostgresNodeDB
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
@@ -111,7 +112,7 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
 class SQLiteNodeDB(NodeDB):
     _now = _NOW
 
-    def __init__(self, location: str, readonly: bool = False) -> None:
+    def __init__(self, location: str, readonly: bool = False, existing: bool = False) -> None:
         self.location = location
         database, self.part = split_location(location)
         try:  # the store's parser: every spelling means the same file everywhere
@@ -119,6 +120,14 @@ class SQLiteNodeDB(NodeDB):
         except ConfigError as exc:
             raise CascadeInputError(str(exc)) from None
         self.path = Path(path)
+        if existing and not readonly and not self.path.is_file():
+            # A Spark task on a host that does not see the file: opening it would make a new
+            # empty database there and apply nothing where the node really is.
+            raise NodeUnreachable(
+                f"{location}: no such file on {socket.gethostname()}; a SQLite node must be "
+                "reachable at the same path wherever Spark runs tasks (use PostgreSQL nodes "
+                "on a cluster)"
+            )
         if not self.path.parent.is_dir():
             raise CascadeInputError(f"{location}: directory {self.path.parent} does not exist")
         try:
