@@ -302,8 +302,17 @@ class Worker:
             with contextlib.suppress(Exception):  # a query that failed has no status to give
                 while self.query.status["isTriggerActive"] and time.monotonic() < deadline:
                     time.sleep(0.02)
-            self.query.stop()
-            self.query = None
+            query, self.query = self.query, None
+            try:
+                query.stop()
+            except Exception as exc:  # the driver's JVM or Connect server is gone
+                # A stop that cannot reach Spark has nothing left to stop here (a dead JVM took
+                # its queries with it; a Connect server's orphans are stopped by epoch by the
+                # next worker). One line, and the caller goes on to restart or hand over.
+                log.warning(
+                    "the worker's query could not be stopped: Spark is unreachable",
+                    extra={"location": self.location, "error": _first_line(exc)},
+                )
         if self._checkpoint is not None:
             shutil.rmtree(self._checkpoint, ignore_errors=True)  # the next start makes its own
             self._checkpoint = None
