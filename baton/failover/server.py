@@ -83,6 +83,11 @@ return 1
 """
 
 
+#: Seconds a promotion waits for the new master's clock to pass the old master's: a skew past
+#: this needs the clocks fixed, not a longer wait.
+CLOCK_FENCE_LIMIT = 30.0
+
+
 class Metrics:
     """What the server exposes on ``/metrics``."""
 
@@ -645,15 +650,23 @@ class ConfigurationServer:
         later."""
         fence = self._last_time + self.config.check_interval + self.config.request_timeout
         if self._last_time == 0.0:
-            fence = 0.0  # never saw the old master answer: nothing to be above
-        deadline = time.monotonic() + 30
+            # Never saw the old master answer (this server started after it was gone): there is
+            # no reading to be above, and the new master's clock is trusted as it is.
+            log.warning(
+                "promoting without a clock fence: this server never read the old master's clock; "
+                "keep the Redis hosts' clocks in step (NTP)",
+                extra={"server": self.config.server_id, "new_master": str(new)},
+            )
+            return
+        deadline = time.monotonic() + CLOCK_FENCE_LIMIT
         while True:
             now = await self.check(new)
             if now is not None and now > fence:
                 return
             if time.monotonic() > deadline:
                 raise FailoverError(
-                    f"the clock of {new} stays behind the old master's by more than 30 s: "
+                    f"the clock of {new} stays behind the old master's by more than "
+                    f"{CLOCK_FENCE_LIMIT:g} s: "
                     "fix the clocks (NTP) before switching"
                 )
             await asyncio.sleep(0.01)
