@@ -297,10 +297,15 @@ class Worker:
         if self.query is not None:
             # Let a micro-batch being applied finish (briefly): one interrupted rolls back and
             # is read again at the next start, which is safe but wasted, and Spark logs the
-            # cancelled task as errors.
+            # cancelled task as errors. A trigger that found no data has nothing to finish (an
+            # idle query with a 0 s trigger is nearly always in one: waiting for it to end held
+            # every stop for the whole grace).
             deadline = time.monotonic() + STOP_GRACE
             with contextlib.suppress(Exception):  # a query that failed has no status to give
-                while self.query.status["isTriggerActive"] and time.monotonic() < deadline:
+                while time.monotonic() < deadline:
+                    status = self.query.status
+                    if not (status["isTriggerActive"] and status["isDataAvailable"]):
+                        break
                     time.sleep(0.02)
             query, self.query = self.query, None
             try:

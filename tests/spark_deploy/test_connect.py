@@ -3,18 +3,35 @@ it): ``baton cascade run --spark-remote sc://...`` serves the branch and the lea
 client, so their streaming queries run on the server. The client is SIGKILLed mid-stream: its
 queries go on applying on the server (a client's death does not stop them), until the next
 client, which reattaches to the same server session by name, stops them before starting its
-own. Every node ends with the root's rows, every event copied exactly once."""
+own. Every node ends with the root's rows, every event copied exactly once.
+
+The same crash plan under node agents: the controller places the cascade's workers, the agent
+leading the branch's group is SIGKILLed, and the agent taking the group over reattaches to the
+group's server session and stops the orphan. (This replaced the local-Spark version of the
+move: the agents and the controller are the same code, and over Connect the orphan is the case
+a local JVM dying with its agent never shows.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
 
+from baton.cascade.db import open_node_db
+from baton.placement.records import create_object, make_object
 from baton.spark.worker import query_owner
+from baton.store import open_store
+from baton.testing.cascade import root_and_branch
+from baton.testing.cluster import LocalCluster
 from baton.testing.spark_servers import ConnectServer
 from baton.testing.waiting import wait_for
+from baton.testing.workload import run_workload
 from tests.spark_deploy.procs import Cascade
 
 #: Lists the worker queries of the named server session, from another client (which must not
@@ -89,3 +106,91 @@ def test_killed_connect_client_is_replaced(connect_server: ConnectServer, cascad
     out = "\n".join(first.lines() + second.lines())
     assert "left to the server" in out
     assert "CANNOT_MODIFY_CONFIG" not in out and "Traceback" not in out
+
+
+async def _objects(url: str, loc: dict[str, str]) -> None:
+    async with open_store(url) as store:
+        for name, location in loc.items():
+            obj = make_object("cascade-worker", name, 1, 2, spec={"location": location})
+            await create_object(store, obj)
+
+
+def _group(c: LocalCluster, name: str) -> dict[str, Any] | None:
+    view = c.get("/v1/placement")
+    if view is None:
+        return None
+    return next((g for g in view["groups"] if g["group"] == f"{name}/0"), None)
+
+
+def test_placed_worker_moves_and_its_orphan_is_stopped(
+    connect_server: ConnectServer, tmp_path: Path
+) -> None:
+    """Node agents with ``BATON_SPARK_REMOTE``: the cascade-worker objects are placed by the
+    controller, and the agent leading the branch's group is SIGKILLed mid-stream. Its query goes
+    on running on the server; the agent that takes the group over attaches to the group's
+    server session (``baton-object:GROUP``), stops the orphan (an older epoch) and resumes from
+    the position in the branch's database: every event arrives exactly once."""
+    loc = root_and_branch(tmp_path)
+
+    def position() -> int:
+        with open_node_db(loc["s2"], readonly=True) as db:
+            return db.state().position
+
+    env = {"BATON_SPARK_REMOTE": connect_server.url}
+    with LocalCluster(3, None, tmp_path / "cluster", ttl=2, reconcile_interval=0.3, env=env) as c:
+        c.wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=30)
+        asyncio.run(_objects(c.store_url, loc))
+        group = c.wait_for(lambda: (g := _group(c, "s2")) and g["state"] == "ok" and g, 60)
+        session = f"baton-object:{group['group']}"
+        wait_for(lambda: position() > 1, timeout=120, what="the branch worker to apply")
+        old = active_queries(connect_server.url, session)
+        assert [o[1:] for o in map(query_owner, old) if o] == [("s2", group["term"])], old
+        stop = threading.Event()
+
+        def writer() -> None:
+            seed = 0
+            while not stop.is_set():
+                run_workload(tmp_path / "s1.db", 10, seed=seed)
+                seed += 1
+                time.sleep(0.1)
+
+        thread = threading.Thread(target=writer, daemon=True)
+        thread.start()
+        try:
+            # The agent dies; its query on the server does not (and goes on applying).
+            leader = group["leader"]
+            c.kill(leader)
+            moved = c.wait_for(
+                lambda: (g := _group(c, "s2")) and g["leader"] not in (None, leader) and g, 60
+            )
+            assert moved["term"] > group["term"]
+            agent = c.node(moved["leader"]).proc
+            assert agent is not None
+            wait_for(
+                lambda: stopped_lines(agent.lines()),
+                timeout=90,
+                what="the new leader to stop the orphan",
+            )
+
+            def replaced() -> list[str] | None:
+                names = active_queries(connect_server.url, session)
+                owners = [o[1:] for o in map(query_owner, names) if o]
+                return names if owners == [("s2", moved["term"])] else None
+
+            wait_for(replaced, timeout=60, interval=0.5, what="only the new epoch's query")
+            before = position()
+            wait_for(lambda: position() > before, timeout=120, what="the moved worker to apply")
+        finally:
+            stop.set()
+            thread.join(30)
+        with open_node_db(loc["s1"], readonly=True) as root:
+            wait_for(lambda: root.pending()[0] == 0, timeout=30)
+            last = root.last_tick()
+        assert last is not None
+        wait_for(lambda: position() >= last.tick_id, timeout=120, what="s2 to catch up")
+        with open_node_db(loc["s1"]) as root, open_node_db(loc["s2"]) as branch:
+            assert branch.read_rows("accounts") == root.read_rows("accounts")
+            assert branch.state().epoch == moved["term"]  # the new worker's epoch applied
+            ids = [e.ev_id for e in branch.batch_events(1, last.tick_id)]
+            assert ids == [e.ev_id for e in root.batch_events(1, last.tick_id)]
+            assert len(ids) == len(set(ids)) > 100  # every event copied once, none lost
