@@ -503,6 +503,12 @@ class ChannelHub:
                 f"{self.node} cannot confirm its leadership of {channel_name}: {describe(exc)}"
             ) from None
         if renewed.get(lease.name) is None:
+            # Another holder has the lease now: the initial data may already be stale for its
+            # stream. Said here, since the refusal itself goes to another node's subscriber.
+            log.warning(
+                "forwarded subscribe refused: leadership changed during it",
+                extra={"channel": channel_name, "epoch": epoch},
+            )
             raise ChannelUnavailable(f"leadership of {channel_name} changed during the subscribe")
         return {"epoch": epoch, "offset": offset, "data": data}
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from baton.channels.client import Client, Message
+from baton.channels.handler import Channel, Context, Handler, User
+from baton.testing.waiting import await_for
 
 if TYPE_CHECKING:
     from baton.testing.cluster import LocalCluster
@@ -117,4 +120,25 @@ def channel_leaders(cluster: LocalCluster, channel: str) -> list[tuple[str, int]
     ]
 
 
-__all__ = ["Subscriber", "channel_leaders", "channel_views"]
+class GatedHandler(Handler):
+    """A channel namespace for tests of the subscribe path (load it with ``[channels.handlers]``
+    as ``"baton.testing.channels:GatedHandler"``). A subscribe holds its initial data until the
+    file ``settings["gate"]`` exists, after writing ``<gate>.waiting`` (so a test knows a
+    subscribe is inside the handler, and can change the world before it answers); the
+    upstream publishes ``{"n": i}`` every 0.1 s."""
+
+    async def subscribe(self, ctx: Context, user: User, channel: Channel) -> Any:
+        gate = Path(str(ctx.settings["gate"]))
+        gate.with_name(gate.name + ".waiting").write_text(ctx.node)
+        await await_for(gate.exists, timeout=60, what=f"the gate {gate}")
+        return {"gated": channel.path}
+
+    async def run(self, ctx: Context, channel: Channel) -> AsyncIterator[Any]:
+        n = 0
+        while not ctx.stopping.is_set():
+            await asyncio.sleep(0.1)
+            n += 1
+            yield {"n": n}
+
+
+__all__ = ["GatedHandler", "Subscriber", "channel_leaders", "channel_views"]

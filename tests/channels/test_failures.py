@@ -13,7 +13,7 @@ import pytest
 from baton.store import ChangeKind
 from baton.testing.channels import Subscriber, channel_leaders, channel_views
 from baton.testing.cluster import LocalCluster
-from baton.testing.waiting import wait_for
+from baton.testing.waiting import await_for, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -224,3 +224,73 @@ def test_leader_not_answering_a_forwarded_subscribe(tmp_path: Path) -> None:
             text = c.node("n1").get("/metrics").text
             assert 'baton_channel_forwarded_subscribes_total{outcome="unavailable"} 3.0' in text
             assert 'baton_channel_forwarded_subscribes_total{outcome="ok"} 1.0' in text
+
+
+def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -> None:
+    """Scenario 6 on real processes: a subscribe at n1 is forwarded to the leader n0, whose
+    handler holds the initial data (a gate); meanwhile the lease goes to another holder (taken
+    in the store, as a node that found it free would). The leader's re-check of its lease at
+    the asked epoch fails: the subscriber is refused (4503, one line, retry) and gets nothing
+    of the old epoch; n0 stops leading it."""
+    import asyncio
+    import json
+
+    from websockets.asyncio.client import connect
+
+    from baton.channels.client import ws_url
+    from baton.channels.hub import lease_name
+    from baton.channels.protocol import frames
+    from baton.store import open_store
+
+    gate = tmp_path / "gate"
+    gate.touch()
+    config = {
+        "handlers": {"gated": "baton.testing.channels:GatedHandler"},
+        "settings": {"gated": {"gate": str(gate)}},
+    }
+    channel = "gated:six"
+    env = {"BATON_CHANNELS": json.dumps(config)}
+    with LocalCluster(2, None, tmp_path / "c", ttl=4, env=env) as c:
+        wait_for(lambda: list(c.states().values()) == ["live"] * 2, timeout=30)
+        with Subscriber([c.node("n0").url], c.token, channel) as anchor:
+            wait_for(anchor.pubs, what="the leader's first publications")
+            epoch = anchor.epoch()
+            assert leaders(c, channel) == [("n0", epoch)]
+            gate.unlink()
+            waiting = gate.with_name("gate.waiting")
+            waiting.unlink()
+
+            async def go() -> dict[str, Any]:
+                headers = {"authorization": f"Bearer {c.token}"}
+                request = json.dumps({"type": "subscribe", "channel": channel})
+                async with (
+                    open_store(c.store_url) as store,
+                    connect(ws_url(c.node("n1").url), additional_headers=headers) as ws,
+                ):
+                    await ws.send(request)
+                    # The forwarded subscribe is inside n0's handler: the lease moves now.
+                    await await_for(waiting.exists, timeout=20, what="the leader's handler")
+                    assert waiting.read_text() == "n0"
+                    held = await store.get_lease(lease_name(channel))
+                    assert held is not None and held.holder == "n0" and held.epoch == epoch
+                    assert await store.release(held)
+                    other = await store.acquire(held.name, "elsewhere", 30)
+                    assert other is not None and other.epoch > epoch
+                    gate.touch()
+                    while True:
+                        for answer in frames(await asyncio.wait_for(ws.recv(), 20)):
+                            if answer["type"] != "pub":
+                                return answer
+
+            refusal = asyncio.run(go())
+            assert refusal["type"] == "unsubscribed" and refusal["code"] == 4503, refusal
+            assert "\n" not in refusal["reason"]
+            # Refused by the leader's re-check (its line), then by the retry (the lease's new
+            # holder is no node): never answered with the old epoch's data.
+            n0 = c.node("n0").proc
+            assert n0 is not None
+            wait_for(lambda: any("leadership changed during it" in x for x in n0.lines()), 10)
+            text = c.node("n1").get("/metrics").text
+            assert 'baton_channel_forwarded_subscribes_total{outcome="ok"}' not in text, text
+            # The old leader finds out and stops publishing at its epoch.
+            wait_for(lambda: ("n0", epoch) not in leaders(c, channel), timeout=15)
