@@ -491,10 +491,10 @@ class ChaosCluster:
         wanted: dict[str, list[str]] = {
             name: ["counter", name, "--partitions", "2", "--replicas", "3"] for name in COUNTERS
         }
-        for node in CASCADE:
+        for node, provider in CASCADE.items():
             spec = json.dumps({"location": self.location(node)})
             wanted[node] = ["cascade-worker", node, "--replicas", "2", "--spec", spec]
-            if CASCADE[node] is not None:  # a subscriber: its worker runs on Spark
+            if provider is not None:  # a subscriber: its worker runs on Spark
                 wanted[node] += ["--selector", "spark=yes"]
 
         def declared() -> bool:

@@ -8,7 +8,6 @@ import math
 import random
 import shutil
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,12 +104,8 @@ def test_generate_sqlite_mix_and_triggers(tmp_path: Path) -> None:
 
 @pytest.fixture
 def pg_url(postgres_server: PostgresServer) -> Iterator[str]:
-    name = "load_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://postgres@127.0.0.1:{postgres_server.port}/{name}"
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    with postgres_server.databases("load") as (url,):
+        yield url
 
 
 def test_generate_postgres_mix_and_transactions(pg_url: str) -> None:

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import psycopg
 import pytest
 
 from baton.cascade import node_ops, set_ops
@@ -29,14 +27,8 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def pg_locations(postgres_server: PostgresServer) -> Iterator[list[str]]:
-    names = ["c" + uuid.uuid4().hex[:10] for _ in range(2)]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        for name in names:
-            admin.execute(f'CREATE DATABASE "{name}"')
-    yield [f"postgresql://postgres@127.0.0.1:{postgres_server.port}/{n}" for n in names]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        for name in names:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_server.databases("c1", "c2") as urls:
+        yield urls
 
 
 def test_postgres_root_branch_sqlite_leaf(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -195,15 +194,8 @@ def test_sqlite_copy_during_writes_applies_each_version_once(tmp_path: Path) -> 
 
 @pytest.fixture
 def pg_pair(postgres_server: PostgresServer) -> Iterator[tuple[Node, Node]]:
-    names = ["x" + uuid.uuid4().hex[:10] for _ in range(2)]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        for name in names:
-            admin.execute(f'CREATE DATABASE "{name}"')
-    base = f"postgresql://postgres@127.0.0.1:{postgres_server.port}"
-    yield Node(f"{base}/{names[0]}"), Node(f"{base}/{names[1]}")
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        for name in names:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_server.databases("x1", "x2") as (a, b):
+        yield Node(a), Node(b)
 
 
 def test_postgres_copy_during_writes_applies_each_version_once(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,14 +69,8 @@ def locations(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[s
         yield {n: f"sqlite://{tmp_path}/{n}.db" for n in names}
         return
     server: PostgresServer = request.getfixturevalue("postgres_server")
-    dbs = {n: "m" + uuid.uuid4().hex[:10] for n in names}
-    with psycopg.connect(server.url, autocommit=True) as admin:
-        for db in dbs.values():
-            admin.execute(f'CREATE DATABASE "{db}"')
-    yield {n: f"postgresql://postgres@127.0.0.1:{server.port}/{d}" for n, d in dbs.items()}
-    with psycopg.connect(server.url, autocommit=True) as admin:
-        for db in dbs.values():
-            admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    with server.databases(*names) as urls:
+        yield dict(zip(names, urls, strict=True))
 
 
 def audit(location: str) -> None:

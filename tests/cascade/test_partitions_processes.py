@@ -20,11 +20,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from baton.cascade.db import open_node_db
@@ -47,12 +45,8 @@ def cli(*args: str) -> str:
 
 @pytest.fixture
 def pg_location(postgres_server: PostgresServer) -> Iterator[str]:
-    name = "s2" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://postgres@127.0.0.1:{postgres_server.port}/{name}"
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_server.databases("s2") as (url,):
+        yield url
 
 
 class Writer(threading.Thread):

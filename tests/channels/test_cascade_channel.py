@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from baton.cascade import commands, node_ops
@@ -33,12 +32,8 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def pg_branch(postgres_server: PostgresServer) -> Iterator[str]:
-    name = "b" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql://postgres@127.0.0.1:{postgres_server.port}/{name}"
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_server.databases("branch") as (url,):
+        yield url
 
 
 def _apply(subscriber: str, provider: str, provider_name: str) -> None:
