@@ -190,6 +190,23 @@ def _quiet_settings(work: Path, at: Where) -> dict[str, str]:
     return settings
 
 
+def _quiet_accumulator_server() -> None:
+    """PySpark's accumulator server (a ``socketserver`` in the driver) prints a traceback to
+    stderr when the JVM's connection to it ends mid-update, which is what a killed JVM does:
+    an event baton expects and recovers from (:func:`jvm_alive`). One line instead."""
+    from pyspark import accumulators
+
+    def handle_error(self: object, request: object, client_address: object) -> None:
+        exc = sys.exc_info()[1]
+        log.warning(
+            "spark's JVM dropped its accumulator connection",
+            extra={"error": type(exc).__name__ if exc is not None else "closed"},
+        )
+
+    for server in (accumulators.AccumulatorTCPServer, accumulators.AccumulatorUnixServer):
+        server.handle_error = handle_error  # type: ignore[method-assign]
+
+
 def build_session(
     *,
     master: str | None = None,
@@ -232,6 +249,7 @@ def build_session(
     for key, value in {**settings, **(conf or {})}.items():
         builder = builder.config(key, value)
     if quiet:
+        _quiet_accumulator_server()
         with _stderr_to(work / "spark.log"):
             session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")

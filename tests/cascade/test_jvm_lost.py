@@ -68,3 +68,6 @@ def test_a_killed_jvm_is_seen_and_replaced(tmp_path: Path) -> None:
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
     assert "chatter 1\n" in res.stderr  # the other thread's lines were not taken away
     assert "incubator modules" not in res.stderr  # the JVM's were
+    # A killed JVM is an event baton expects: no traceback from PySpark's driver threads (its
+    # accumulator server printed one when the JVM died mid-update).
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
