@@ -350,6 +350,13 @@ class PlacementController:
                 log.warning(
                     "group in failure reconciliation", extra={"group": key, "detail": group.detail}
                 )
+        for key in decision.behind:
+            group = decision.groups.get(key)
+            if group is not None and key in changed:
+                log.warning(
+                    "group record behind its members (the store lost recent writes): new term",
+                    extra={"group": key, "term": group.term, "leader": group.leader},
+                )
         for key in decision.errors:
             group = decision.groups.get(key)
             if group is not None and key in changed:

@@ -62,6 +62,8 @@ class Decision:
     failures: list[str] = field(default_factory=list)
     #: Groups with a member whose workload cannot run (state ``error``).
     errors: list[str] = field(default_factory=list)
+    #: Groups whose record was behind a term a member reports, given a new term.
+    behind: list[str] = field(default_factory=list)
 
 
 def _report(obs: Observed, node: str, key: str) -> Mapping[str, Any] | None:
@@ -174,6 +176,23 @@ def decide(obs: Observed) -> Decision:
     for key in obs.groups:
         if key not in wanted:
             out.groups[key] = None  # its object is gone
+
+    # 0. A record behind what its members run: the store lost its latest writes (a failover to
+    # a replica that had not received them, or its data lost). A member never goes back to a
+    # lower term, so the group would wait for ever with its leader idle: a new term, above
+    # every term a node reports for it, with the same leader and members.
+    for key, g in wanted.items():
+        seen = max(
+            (
+                int(rep.get("term") or 0)
+                for reps in obs.reports.values()
+                if (rep := reps.get(key)) is not None
+            ),
+            default=0,
+        )
+        if seen > g.term:
+            wanted[key] = g.model_copy(update={"term": max(seen + 1, epoch)})
+            out.behind.append(key)
 
     leaders: Counter[str] = Counter(g.leader for g in wanted.values() if g.leader)
     frozen: dict[str, GroupRecord] = {}

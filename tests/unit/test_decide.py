@@ -190,3 +190,27 @@ def test_a_member_that_cannot_run_shows_its_error() -> None:
         {"a": rep("a", role="leader"), "b": rep("a"), "c": rep("a")},
     )  # fmt: skip
     assert result(healed).state == "ok"
+
+
+def test_a_record_behind_its_members_gets_a_term_above_theirs() -> None:
+    """The store lost its latest writes (a replica promoted before it had them): the record
+    is back at term 5, while its members ran term 9 and refuse any lower term. Without a new
+    term the group would wait for ever, its leader idle."""
+    obs = observed(
+        G,
+        [node("a"), node("b"), node("c")],
+        {
+            "a": rep(None, role="none", term=9),
+            "b": rep("a", term=9, live=False),
+            "c": rep("a", term=9, live=False),
+        },
+    )
+    decision = decide(obs)
+    g = decision.groups["o/0"]
+    assert g is not None and g.term > 9 and g.term == EPOCH  # max(seen + 1, controller epoch)
+    assert (g.leader, g.members) == ("a", ("a", "b", "c"))  # same leader, same members
+    assert decision.behind == ["o/0"] and decision.transfers == []
+    # A record in step with its members is left alone.
+    same = decide(observed(G, [node("a"), node("b"), node("c")], {"a": rep("a", role="leader")}))
+    assert same.behind == [] and same.groups["o/0"] is not None
+    assert same.groups["o/0"].term == 5
