@@ -37,6 +37,21 @@ def create_accounts(target: Path | str) -> None:
 ID_SPAN = 10**9
 
 
+def _execute_retrying(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> Any:
+    """``conn.execute`` retried while SQLite answers SQLITE_PROTOCOL: in WAL mode a reader
+    frozen (SIGSTOP) in the instant it updates a shared-memory read mark holds that lock, and
+    others give up after their own retries with "locking protocol". A transient answer that an
+    application retries, as this one does, for up to 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return conn.execute(sql, params)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_PROTOCOL or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def run_workload(
     target: Path | str, transactions: int, seed: int = 1, max_rows: int = 20, id_base: int = 0
 ) -> int:
@@ -51,14 +66,15 @@ def run_workload(
     try:
         live: list[int] = [
             r[0]
-            for r in conn.execute(
+            for r in _execute_retrying(
+                conn,
                 f"SELECT id FROM accounts WHERE id > {p} AND id < {p} ORDER BY id",
                 (id_base, id_base + ID_SPAN),
             ).fetchall()
         ]
         next_id = max(live, default=id_base) + 1
         for _ in range(transactions):
-            conn.execute(begin)
+            _execute_retrying(conn, begin)
             for _ in range(rng.randint(1, max_rows)):
                 roll = rng.random()
                 if roll < 0.7 or not live:

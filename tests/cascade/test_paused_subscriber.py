@@ -14,15 +14,36 @@ import sqlite3
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from baton.cascade.db import open_node_db
+from baton.errors import NodeUnreachable
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
 from tests.test_cli import BATON
+
+T = TypeVar("T")
+
+
+def steady(read: Callable[[], T]) -> T:
+    """``read()``, again while SQLite says a frozen process holds a WAL lock: this test freezes
+    processes at random points, and one frozen in the instant it updates a read mark makes
+    other readers give up with "locking protocol" (baton retries it as an unreachable node;
+    so does this test's own reading)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return read()
+        except (NodeUnreachable, sqlite3.OperationalError) as exc:
+            code = getattr(exc.__cause__ or exc, "sqlite_errorcode", None)
+            if code != sqlite3.SQLITE_PROTOCOL or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def cli(*args: str) -> str:
@@ -53,20 +74,29 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
         return Proc(label, argv, tmp_path / f"{label}.log")
 
     def position(name: str) -> int:
-        with open_node_db(loc[name], readonly=True) as db:
-            return db.state().position
+        def read() -> int:
+            with open_node_db(loc[name], readonly=True) as db:
+                return db.state().position
+
+        return steady(read)
 
     def root_tick() -> int:
-        with open_node_db(loc["s1"], readonly=True) as db:
-            last = db.last_tick()
-            return last.tick_id if last else 0
+        def read() -> int:
+            with open_node_db(loc["s1"], readonly=True) as db:
+                last = db.last_tick()
+                return last.tick_id if last else 0
+
+        return steady(read)
 
     def rows(name: str) -> list[tuple[object, ...]]:
-        conn = sqlite3.connect(tmp_path / f"{name}.db")
-        try:
-            return conn.execute("SELECT * FROM accounts ORDER BY id").fetchall()
-        finally:
-            conn.close()
+        def read() -> list[tuple[object, ...]]:
+            conn = sqlite3.connect(tmp_path / f"{name}.db")
+            try:
+                return conn.execute("SELECT * FROM accounts ORDER BY id").fetchall()
+            finally:
+                conn.close()
+
+        return steady(read)
 
     def state(name: str) -> str:
         """The table's state at ``name``, as ``baton cascade tables`` shows it."""

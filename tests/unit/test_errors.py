@@ -194,6 +194,16 @@ def test_the_sqlite_store_translates_by_result_code_not_message() -> None:
     assert type(translate(url, sqlite3.OperationalError("database is locked"))) is StoreUnavailable
 
 
+def test_a_frozen_wal_lock_holder_makes_a_node_unreachable_not_bad() -> None:
+    # "locking protocol": in WAL mode another process was frozen holding a shared-memory lock
+    # (found by the paused-subscriber test in CI). Retried like a busy node.
+    from baton.cascade.db.sqlite import _failure
+    from baton.errors import NodeUnreachable
+
+    said = _sqlite_error(sqlite3.SQLITE_PROTOCOL, "locking protocol")
+    assert isinstance(_failure("sqlite:///n.db: read", said), NodeUnreachable)
+
+
 def test_sqlite_node_database_translates_at_its_boundary(tmp_path: Path) -> None:
     plain = tmp_path / "plain.db"
     with sqlite3.connect(plain) as conn:

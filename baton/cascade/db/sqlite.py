@@ -74,11 +74,13 @@ TABLES = tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (baton_\w+)", SCHEMA))
 
 #: Primary result codes of a database that cannot be used now, whatever the input: locked by
 #: another connection past the busy timeout, an I/O error, a full disk, a file that cannot be
-#: opened.
+#: opened, or "locking protocol" (in WAL mode, another process frozen in the instant it held a
+#: shared-memory lock: retried like a busy database, never taken for bad input).
 _UNREACHABLE = frozenset(
     {
         sqlite3.SQLITE_BUSY,
         sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_PROTOCOL,
         sqlite3.SQLITE_IOERR,
         sqlite3.SQLITE_FULL,
         sqlite3.SQLITE_CANTOPEN,
