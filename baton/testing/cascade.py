@@ -59,6 +59,16 @@ def root_and_branch(directory: Path) -> dict[str, str]:
     return loc
 
 
+def root_ticked(location: str, timeout: float = 30) -> int:
+    """Wait until the root at ``location`` has ticked every event written so far (the writers
+    stopped first); its last tick id."""
+    with open_node_db(location, readonly=True) as root:
+        wait_for(lambda: root.pending()[0] == 0, timeout=timeout, what="the root to tick")
+        last = root.last_tick()
+    assert last is not None, f"{location} has no tick"
+    return last.tick_id
+
+
 class Ticker(threading.Thread):
     """Runs the root's ticker and watermark publisher, and every node's watermark pull, until
     stopped; follows the root if it moves (switchover, failover)."""

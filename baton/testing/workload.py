@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 ACCOUNTS = """CREATE TABLE IF NOT EXISTS accounts (
     id BIGINT PRIMARY KEY, balance BIGINT NOT NULL, name TEXT, updated_at DOUBLE PRECISION
@@ -103,3 +105,42 @@ def run_workload(
     finally:
         conn.close()
     return changes
+
+
+class Writer(threading.Thread):
+    """A steady application at ``target``: :func:`run_workload` of ``transactions`` at a time
+    (a new seed each call, from ``seed`` on), ``pause`` seconds apart, until :meth:`stop`.
+    :attr:`written` holds the changes of each call. A context manager: started on entry,
+    stopped on exit."""
+
+    def __init__(
+        self, target: Path | str, transactions: int = 10, pause: float = 0.1, seed: int = 0
+    ) -> None:
+        super().__init__(daemon=True, name=f"writer:{target}")
+        self.target = target
+        self.transactions = transactions
+        self.pause = pause
+        self.seed = seed
+        self.written: list[int] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        seed = self.seed
+        while not self.halt.is_set():
+            self.written.append(run_workload(self.target, self.transactions, seed=seed))
+            seed += 1
+            self.halt.wait(self.pause)
+
+    def stop(self, timeout: float = 60) -> None:
+        self.halt.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -12,7 +12,6 @@ import random
 import signal
 import sqlite3
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from baton.cascade.db import open_node_db
 from baton.errors import NodeUnreachable
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for
-from baton.testing.workload import create_accounts, run_workload
+from baton.testing.workload import Writer, create_accounts, run_workload
 from tests.test_cli import BATON
 
 T = TypeVar("T")
@@ -103,7 +102,7 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
         return str(json.loads(cli("tables", "--node", name, "--json", *via))["accounts"])
 
     procs = {n: service(n) for n in ("s1", "s3")}
-    stop = threading.Event()
+    writer = Writer(tmp_path / "s1.db", transactions=5, pause=0.05, seed=10)
     try:
         s3_log = procs["s3"]
         wait_for(
@@ -119,15 +118,7 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
             what="s3 to copy the table whole from s2",
         )
 
-        def writer() -> None:
-            seed = 10
-            while not stop.is_set():
-                run_workload(tmp_path / "s1.db", 5, seed=seed)
-                seed += 1
-                time.sleep(0.05)
-
-        thread = threading.Thread(target=writer, daemon=True)
-        thread.start()
+        writer.start()
         rng = random.Random(7)
         leaf = procs["s3"].popen.pid
         for _ in range(5):
@@ -142,8 +133,7 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
                 )
             finally:
                 os.killpg(leaf, signal.SIGCONT)
-        stop.set()
-        thread.join(30)
+        writer.stop()
         goal = root_tick()
         wait_for(
             lambda: position("s3") >= goal and rows("s3") == rows("s1"),
@@ -193,6 +183,6 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
             for bad in ("Traceback", "PythonException", "at org.apache", "ERROR"):
                 assert bad not in text, (p.name, bad, text[-3000:])
     finally:
-        stop.set()
+        writer.stop()
         for p in procs.values():
             p.stop()

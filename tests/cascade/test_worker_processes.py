@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import sys
-import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -16,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from baton.cascade.db import open_node_db
-from baton.testing.cascade import root_and_branch
+from baton.testing.cascade import root_and_branch, root_ticked
 from baton.testing.processes import Proc, java_of
 from baton.testing.waiting import wait_for
-from baton.testing.workload import run_workload
+from baton.testing.workload import Writer
 
 BATON = str(Path(sys.executable).with_name("baton"))
 
@@ -40,15 +39,7 @@ def test_worker_and_jvm_killed_mid_stream(tmp_path: Path, mode: str) -> None:
         return Proc(name, argv, tmp_path / f"{name}.log")
 
     procs = {n: start(n) for n in loc}
-    stop_writing = threading.Event()
-    written: list[int] = []
-
-    def writer() -> None:
-        seed = 0
-        while not stop_writing.is_set():
-            written.append(run_workload(tmp_path / "s1.db", 15, seed=seed))
-            seed += 1
-            time.sleep(0.1)
+    writer = Writer(tmp_path / "s1.db", transactions=15)
 
     def applied() -> int:
         with open_node_db(loc["s2"]) as db:
@@ -59,8 +50,7 @@ def test_worker_and_jvm_killed_mid_stream(tmp_path: Path, mode: str) -> None:
 
     try:
         wait_for(lambda: applied() > 1, timeout=120, what="the first batch at s2")
-        thread = threading.Thread(target=writer, daemon=True)
-        thread.start()
+        writer.start()
         rng = random.Random(5)
         kills = 0
         while kills < 2:  # one driver kill, one JVM kill (each restart starts a JVM)
@@ -79,21 +69,17 @@ def test_worker_and_jvm_killed_mid_stream(tmp_path: Path, mode: str) -> None:
             before = applied()
             procs["s2"] = start("s2")
             wait_for(partial(applied_past, before), timeout=120, what="s2 to apply again")
-        stop_writing.set()
-        thread.join(60)
-        assert sum(written) > 1000
-        with open_node_db(loc["s1"]) as root:
-            wait_for(lambda: root.pending()[0] == 0, timeout=30)
-            last = root.last_tick()
-        assert last is not None
-        wait_for(lambda: applied() >= last.tick_id, timeout=120, what="s2 to catch up")
+        writer.stop()
+        assert sum(writer.written) > 1000
+        last = root_ticked(loc["s1"])
+        wait_for(lambda: applied() >= last, timeout=120, what="s2 to catch up")
         with open_node_db(loc["s1"]) as root, open_node_db(loc["s2"]) as branch:
             assert branch.read_rows("accounts") == root.read_rows("accounts")
-            start_tick = 1
-            root_ids = [e.ev_id for e in root.batch_events(start_tick, last.tick_id)]
-            copied = [e.ev_id for e in branch.batch_events(start_tick, last.tick_id)]
+            root_ids = [e.ev_id for e in root.batch_events(1, last)]
+            copied = [e.ev_id for e in branch.batch_events(1, last)]
         # Every event of the range copied exactly once: no loss, no duplicate.
         assert copied == root_ids and len(copied) == len(set(copied)) > 0
     finally:
+        writer.stop()
         for p in procs.values():
             p.stop()

@@ -5,17 +5,15 @@ processes as a user runs them, with a writer at the root."""
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from pathlib import Path
 
 from baton.cascade import commands
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.testing.cascade import root_and_branch
+from baton.testing.cascade import root_and_branch, root_ticked
 from baton.testing.processes import Proc
 from baton.testing.waiting import wait_for
-from baton.testing.workload import create_accounts, run_workload
+from baton.testing.workload import Writer, create_accounts
 
 BATON = str(Path(sys.executable).with_name("baton"))
 
@@ -39,9 +37,7 @@ class Cascade:
         self.loc = three_nodes(directory)
         self.store = f"sqlite://{directory / 'store.db'}"
         self.procs: list[Proc] = []
-        self.written: list[int] = []
-        self._stop = threading.Event()
-        self._writer: threading.Thread | None = None
+        self.writer = Writer(directory / "s1.db", transactions=15, pause=0.05)
 
     def run(self, name: str, locations: list[str], *options: str) -> Proc:
         """``baton cascade run LOCATIONS --store ... OPTIONS`` (ttl 2 s)."""
@@ -55,40 +51,31 @@ class Cascade:
         with open_node_db(self.loc[name]) as db:
             return db.state().position
 
-    def start_writing(self) -> None:
-        def write() -> None:
-            seed = 0
-            while not self._stop.is_set():
-                self.written.append(run_workload(self.dir / "s1.db", 15, seed=seed))
-                seed += 1
-                time.sleep(0.05)
+    @property
+    def written(self) -> list[int]:
+        return self.writer.written
 
-        self._writer = threading.Thread(target=write, daemon=True)
-        self._writer.start()
+    def start_writing(self) -> None:
+        self.writer.start()
 
     def stop_writing(self) -> None:
-        self._stop.set()
-        if self._writer is not None:
-            self._writer.join(60)
+        self.writer.stop()
 
     def wait_synced(self, timeout: float = 120) -> int:
         """Wait until the root ticked everything and s2 and s3 applied it, tables copied."""
-        with open_node_db(self.loc["s1"]) as root:
-            wait_for(lambda: root.pending()[0] == 0, timeout=30, what="the root to tick")
-            last = root.last_tick()
-        assert last is not None
+        last = root_ticked(self.loc["s1"])
 
         def synced() -> bool:
             for n in ("s2", "s3"):
                 with open_node_db(self.loc[n]) as db:
-                    if db.state().position < last.tick_id:
+                    if db.state().position < last:
                         return False
                     if any(s != "ok" for s in db.tables().values()):
                         return False
             return True
 
-        wait_for(synced, timeout=timeout, what=f"s2 and s3 to apply tick {last.tick_id}")
-        return last.tick_id
+        wait_for(synced, timeout=timeout, what=f"s2 and s3 to apply tick {last}")
+        return last
 
     def check_equal(self, upto: int) -> None:
         """Every node has the root's rows, and the branch copied each event exactly once."""

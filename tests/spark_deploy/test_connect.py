@@ -18,8 +18,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +25,11 @@ from baton.cascade.db import open_node_db
 from baton.placement.records import create_object, make_object
 from baton.spark.worker import query_owner
 from baton.store import open_store
-from baton.testing.cascade import root_and_branch
+from baton.testing.cascade import root_and_branch, root_ticked
 from baton.testing.cluster import LocalCluster
 from baton.testing.spark_servers import ConnectServer
 from baton.testing.waiting import wait_for
-from baton.testing.workload import run_workload
+from baton.testing.workload import Writer
 from tests.spark_deploy.procs import Cascade
 
 #: Lists the worker queries of the named server session, from another client (which must not
@@ -145,18 +143,7 @@ def test_placed_worker_moves_and_its_orphan_is_stopped(
         wait_for(lambda: position() > 1, timeout=120, what="the branch worker to apply")
         old = active_queries(connect_server.url, session)
         assert [o[1:] for o in map(query_owner, old) if o] == [("s2", group["term"])], old
-        stop = threading.Event()
-
-        def writer() -> None:
-            seed = 0
-            while not stop.is_set():
-                run_workload(tmp_path / "s1.db", 10, seed=seed)
-                seed += 1
-                time.sleep(0.1)
-
-        thread = threading.Thread(target=writer, daemon=True)
-        thread.start()
-        try:
+        with Writer(tmp_path / "s1.db", transactions=10):
             # The agent dies; its query on the server does not (and goes on applying).
             leader = group["leader"]
             c.kill(leader)
@@ -180,17 +167,11 @@ def test_placed_worker_moves_and_its_orphan_is_stopped(
             wait_for(replaced, timeout=60, interval=0.5, what="only the new epoch's query")
             before = position()
             wait_for(lambda: position() > before, timeout=120, what="the moved worker to apply")
-        finally:
-            stop.set()
-            thread.join(30)
-        with open_node_db(loc["s1"], readonly=True) as root:
-            wait_for(lambda: root.pending()[0] == 0, timeout=30)
-            last = root.last_tick()
-        assert last is not None
-        wait_for(lambda: position() >= last.tick_id, timeout=120, what="s2 to catch up")
+        last = root_ticked(loc["s1"])
+        wait_for(lambda: position() >= last, timeout=120, what="s2 to catch up")
         with open_node_db(loc["s1"]) as root, open_node_db(loc["s2"]) as branch:
             assert branch.read_rows("accounts") == root.read_rows("accounts")
             assert branch.state().epoch == moved["term"]  # the new worker's epoch applied
-            ids = [e.ev_id for e in branch.batch_events(1, last.tick_id)]
-            assert ids == [e.ev_id for e in root.batch_events(1, last.tick_id)]
+            ids = [e.ev_id for e in branch.batch_events(1, last)]
+            assert ids == [e.ev_id for e in root.batch_events(1, last)]
             assert len(ids) == len(set(ids)) > 100  # every event copied once, none lost
