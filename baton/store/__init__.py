@@ -24,7 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote_plus
 
-from baton.errors import ConfigError, NoMaster, StoreTimeout, redact_url
+from baton.errors import (
+    ConfigError,
+    NoMaster,
+    StoreError,
+    StoreTimeout,
+    StoreUnavailable,
+    redact_url,
+)
 from baton.store.base import (
     Capabilities,
     Change,
@@ -159,8 +166,15 @@ async def connect_waiting(
     """Connect ``store``, waiting out what ends on its own: a store that stays locked (nodes of
     a new cluster all creating the schema of one SQLite file at once), for up to
     ``locked_for`` seconds; a master file that is empty (a store failover switch under way, or
-    a failover client that has not written it yet), for up to :data:`NO_MASTER_WAIT`.
-    ``say(error)`` once per cause, not once per try; past its bound, the error is raised."""
+    a failover client that has not written it yet), or that names a master that does not
+    answer (the switch has not reached this host's file yet), for up to
+    :data:`NO_MASTER_WAIT`. ``say(error)`` once per cause, not once per try; past its bound,
+    the error is raised."""
+    # Behind a master file an unreachable master is what a switch looks like from here until
+    # the file changes; any other store that refuses at start is reported at once.
+    switching: tuple[type[StoreError], ...] = (
+        (StoreUnavailable,) if store.follows_master_file else (NoMaster,)
+    )
     loop = asyncio.get_running_loop()
     started = loop.time()
     delay = 0.1
@@ -169,8 +183,10 @@ async def connect_waiting(
         try:
             await store.connect()
             return
-        except (StoreTimeout, NoMaster) as exc:
-            bound = NO_MASTER_WAIT if isinstance(exc, NoMaster) else locked_for
+        except (StoreTimeout, StoreUnavailable) as exc:
+            if not isinstance(exc, (StoreTimeout, *switching)):
+                raise
+            bound = locked_for if isinstance(exc, StoreTimeout) else NO_MASTER_WAIT
             if loop.time() + delay > started + bound:
                 raise
             if type(exc) is not said:

@@ -230,6 +230,9 @@ class Store(abc.ABC):
     #: The store URL with secrets removed, fit for logs and messages.
     url: str
     capabilities: Capabilities
+    #: The server to use is named by a master file that a failover switch rewrites: a server
+    #: that does not answer at connect time may be one the switch is replacing.
+    follows_master_file: bool = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 

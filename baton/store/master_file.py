@@ -325,6 +325,8 @@ class MasterFileRedisStore(RedisStore):
     configuration server does not announce a new master before that master's clock has passed
     the last time it read on the old one."""
 
+    follows_master_file = True
+
     def __init__(self, path: Path, *, db: int = 0, password: str | None = None,
                  namespace: str = "baton") -> None:  # fmt: skip
         self._master_file = MasterFile(path)

@@ -65,14 +65,19 @@ def test_a_bad_table_is_one_line_naming_it(tmp_path: Path) -> None:
         assert "\n" not in msg and "redis_failover" in msg and expected in msg, msg
 
 
+@pytest.mark.parametrize("during", ["empty", "dead master"])
 async def test_a_node_started_while_the_master_file_is_empty_waits_for_it(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, during: str
 ) -> None:
     """Found by the fault campaign: an agent restarted during a store switch exited at once
-    ("master file ... is empty") and stayed down. It now waits for the file to name a master."""
+    ("master file ... is empty") and stayed down. It now waits for the file to name a master.
+    The same when the file still names the old master, already gone (the switch has not
+    reached this host: the campaign's seed 1 lost an agent that way, "unreachable during
+    connect")."""
     with RedisServer(tmp_path / "redis") as server:
         master_file = tmp_path / "redis-master"
-        master_file.write_text("")  # a switch is under way
+        # A switch under way: the file emptied, or still naming a master that is gone.
+        master_file.write_text("" if during == "empty" else f"127.0.0.1:{free_port()}\n")
         path = tmp_path / "node.toml"
         path.write_text(
             f'node_id = "n1"\nstore = "redis+masterfile://{master_file}?db=0"\n'
