@@ -172,8 +172,9 @@ async def connect_waiting(
     the error is raised."""
     # Behind a master file an unreachable master is what a switch looks like from here until
     # the file changes; any other store that refuses at start is reported at once.
-    switching: tuple[type[StoreError], ...] = (
-        (StoreUnavailable,) if store.follows_master_file else (NoMaster,)
+    waits: tuple[type[StoreError], ...] = (
+        StoreTimeout,
+        StoreUnavailable if store.follows_master_file else NoMaster,
     )
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -183,9 +184,7 @@ async def connect_waiting(
         try:
             await store.connect()
             return
-        except (StoreTimeout, StoreUnavailable) as exc:
-            if not isinstance(exc, (StoreTimeout, *switching)):
-                raise
+        except waits as exc:
             bound = locked_for if isinstance(exc, StoreTimeout) else NO_MASTER_WAIT
             if loop.time() + delay > started + bound:
                 raise
