@@ -25,7 +25,7 @@ bench: setup
 # A fault campaign of 1,000 faults (needs root: network namespaces). SEED=n repeats a run.
 SEED ?= 1
 chaos: setup
-	$(BIN)/python -m baton.chaos --seed $(SEED) --faults 1000 --out chaos-run
+	$(BIN)/python -m baton.chaos --seed $(SEED) --faults 1000 --per-round 12 --out chaos-run
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -42,6 +42,12 @@ from baton.logs import describe
     show_default=True,
     help="A Redis master and replica under store failover, or one Redis server.",
 )
+@click.option(
+    "--root-loss/--no-root-loss",
+    default=True,
+    show_default=True,
+    help="Lose the cascade's root once, halfway: failover, then resurrect when it comes back.",
+)
 def main(
     *,
     seed: int,
@@ -52,6 +58,7 @@ def main(
     out: Path,
     kinds: tuple[str, ...],
     failover: bool,
+    root_loss: bool,
 ) -> None:
     """Run a fault campaign against a local five-host cluster and check its history."""
     if (faults is None) == (duration is None):
@@ -61,7 +68,9 @@ def main(
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     try:
-        report = run(out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds, failover))
+        report = run(
+            out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds, failover, root_loss)
+        )
     except Exception as exc:
         # A failure of the harness itself (not a violation): one line, the run kept.
         click.echo(
@@ -78,6 +87,7 @@ def main(
             + (f" --per-round {per_round}" if per_round != 6 else "")
             + (f" --ttl {ttl:g}" if ttl != 2.0 else "")
             + ("" if failover else " --no-store-failover")
+            + ("" if root_loss else " --no-root-loss")
             + "".join(f" --only {kind}" for kind in kinds),
             err=True,
         )

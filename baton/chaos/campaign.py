@@ -33,6 +33,7 @@ from baton.chaos.cluster import (
     STORES,
     ChaosCluster,
     Service,
+    node_db,
     probe_lag,
 )
 from baton.chaos.history import History
@@ -63,6 +64,17 @@ class Plan:
     kinds: tuple[str, ...] = ()
     #: The store is a Redis master and replica under store failover (else one Redis server).
     failover: bool = True
+    #: Lose the cascade's root once, halfway through (see :func:`lose_root`).
+    root_loss: bool = True
+
+    def root_loss_due(self, rounds: int, elapsed: float) -> bool:
+        """Whether the root is lost after round ``rounds`` (``elapsed`` seconds in)."""
+        if not self.root_loss:
+            return False
+        if self.faults is not None:
+            total = -(-self.faults // self.per_round)
+            return rounds >= max(1, total // 2)
+        return elapsed >= (self.duration or 0) / 2
 
 
 class Observer(threading.Thread):
@@ -214,6 +226,61 @@ class Supervisor(threading.Thread):
                     self._ended.pop(name, None)
 
 
+#: Writes the application makes at the old root after its service stopped: the events that
+#: never leave it (about 1 s at the writer's pace).
+STRANDED_WRITES = 40
+#: Writes at the new root before the old one comes back.
+WRITES_BEFORE_RESURRECT = 100
+
+
+def lose_root(cluster: ChaosCluster, harness: History) -> None:
+    """The root is lost, as an operator lives it: its service stops for good (its object is
+    deleted) while the application goes on committing there, so that events are stranded on
+    it; the application is held, ``baton cascade failover`` promotes a branch, the application
+    is pointed at the new root; then the old root comes back and ``baton cascade resurrect``
+    saves its stranded events to ``stranded.jsonl`` and makes it a branch, and its object is
+    declared again (a subscriber now: placed where Spark runs). Every step goes through the
+    CLI; the checker then holds the run to: every acknowledged write is in the set or in the
+    saved file, never both, never twice."""
+    writer = cluster.writer
+    assert writer is not None
+    old = cluster.root
+    harness.record("root-loss", root=old, step="start")
+    cluster.cli("object", "delete", old)
+
+    def stopped() -> bool:
+        views = cluster.views("/v1/placement")
+        return len(views) == len(cluster.hosts) and not any(
+            g["group"] == f"{old}/0" for v in views.values() for g in v.get("groups", [])
+        )
+
+    wait_for(stopped, timeout=60, interval=0.5, what=f"{old}'s service stopped")
+    acked = writer.acked
+    wait_for(lambda: writer.acked >= acked + STRANDED_WRITES, timeout=60, what="writes at the root")
+    writer.hold()
+    harness.record("root-loss", root=old, step="lost", acked=writer.acked)
+    via = cluster.location(cluster.subscribers()[0])
+    out = cluster.cli("cascade", "failover", old, "--via", via)
+    new = next(
+        line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("new root:")
+    )
+    cluster.root = new
+    harness.record("root-loss", root=new, step="failover", old=old, output=out)
+    writer.move_to(node_db(cluster.dir, new))
+    acked = writer.acked
+    wait_for(
+        lambda: writer.acked >= acked + WRITES_BEFORE_RESURRECT,
+        timeout=120,
+        what=f"writes at the new root {new}",
+    )
+    saved = cluster.dir / checker.STRANDED_FILE
+    out = cluster.cli(
+        "cascade", "resurrect", old, "--via", cluster.location(new), "--save", str(saved)
+    )
+    harness.record("root-loss", root=new, step="resurrect", old=old, output=out)
+    cluster.declare_objects()
+
+
 def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
     active: list[Fault] = []
     injected = 0
@@ -261,6 +328,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         nemesis = Nemesis(cluster, rng, harness, plan.kinds)
         started = time.monotonic()
         rounds = 0
+        lost = False
         while True:
             if plan.faults is not None and nemesis.count >= plan.faults:
                 break
@@ -281,6 +349,20 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
             )
             if seconds is None:
                 break
+            if not lost and plan.root_loss_due(rounds, time.monotonic() - started):
+                lost = True
+                lose_root(cluster, harness)
+                seconds, waited = settle(cluster, listeners, SETTLE_BOUND)
+                harness.record(
+                    "settle", round=f"{rounds} (root lost)", seconds=seconds,
+                    bound=SETTLE_BOUND, waited_for=waited,
+                )  # fmt: skip
+                log(
+                    f"chaos: root lost after round {rounds}, now {cluster.root}: settled in "
+                    + (f"never (waiting for {waited})" if seconds is None else f"{seconds:.1f} s")
+                )
+                if seconds is None:
+                    break
         if cluster.writer is not None:
             cluster.writer.halt.set()
             cluster.writer.join(30)

@@ -7,7 +7,10 @@ What it proves, each as a list of violations (empty when the property held):
   stale epoch accepted, so two epochs' side effects never interleave), and one epoch has one
   writer; every write a job saw accepted is in the resource as it saw it;
 - **writes**: the root holds exactly what the writer saw committed (an acknowledged write lost or
-  an unacknowledged one applied is a violation);
+  an unacknowledged one applied is a violation). When the run lost its root, the root is the
+  one the failover promoted, and the acknowledged writes stranded on the old root are exactly
+  the events ``resurrect`` saved: each saved event is an acknowledged write made before the
+  loss, the set never applied it (the new root's audit table), and the root holds every other;
 - **replication**: every subscriber's ``items`` equals the root's (nothing lost, nothing extra);
 - **exactly once**: a subscriber's audit table (a row per row version the apply wrote) has no
   row version twice: events carry whole row images, so this is where a replay shows;
@@ -25,9 +28,11 @@ What it proves, each as a list of violations (empty when the property held):
 from __future__ import annotations
 
 import itertools
+import json
 import sqlite3
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,22 +70,88 @@ def fencing(resource: Path, history: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def writes(root: Path, history: list[dict[str, Any]]) -> list[str]:
-    """The root against a model of the writer's committed writes (in its own order)."""
+#: A stranded write: (op, id, n), n None for a delete (its event carries no row image).
+Write = tuple[str, int, int | None]
+_OPS = {"I": "insert", "U": "update", "D": "delete"}
+
+
+def stranded_events(path: Path) -> list[Write]:
+    """The writer's events ``resurrect`` saved to ``path`` (JSON lines; none if no file)."""
+    if not path.exists():
+        return []
+    out: list[Write] = []
+    for line in path.read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("table") != "items" or ev.get("type") not in _OPS:
+            continue
+        key = _json(ev["key"])
+        data = _json(ev.get("data"))
+        if key["id"] > 0:  # the settle probes' rows have negative ids
+            out.append((_OPS[ev["type"]], key["id"], None if data is None else data["n"]))
+    return out
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _key(rec: dict[str, Any]) -> Write:
+    return (rec["op"], rec["id"], None if rec["op"] == "delete" else rec["n"])
+
+
+def writes(
+    root: Path,
+    history: list[dict[str, Any]],
+    stranded: Sequence[Write] = (),
+    lost_at: float | None = None,
+) -> list[str]:
+    """The root against a model of the writer's committed writes (in its own order), leaving
+    out the ``stranded`` ones (acknowledged before ``lost_at``, the root's loss)."""
+    out: list[str] = []
+    left = Counter(stranded)
     model: dict[int, int] = {}
     for rec in sorted(
         (r for r in history if r["kind"] == "write" and r["state"] == "ok"), key=lambda r: r["t"]
     ):
+        if lost_at is not None and rec["t"] < lost_at and left[_key(rec)] > 0:
+            left[_key(rec)] -= 1
+            continue
         if rec["op"] == "delete":
             model.pop(rec["id"], None)
         else:
             model[rec["id"]] = rec["n"]
+    unmatched = sorted((k for k, c in left.items() if c > 0), key=str)
+    if unmatched:
+        out.append(
+            f"{len(unmatched)} saved stranded events are no write acknowledged before the "
+            f"root's loss, e.g. {unmatched[:5]}"
+        )
     db = _ro(root)
     try:
         have = dict(db.execute("SELECT id, n FROM items WHERE writer = 'w'").fetchall())
     finally:
         db.close()
-    return _diff("root vs acknowledged writes", model, have)
+    return out + _diff("root vs acknowledged writes", model, have)
+
+
+def never_both(audit: Path, stranded: Sequence[Write], failed_over_at: float | None) -> list[str]:
+    """No saved stranded write was also applied by the set before the failover (replaying the
+    saved file would then apply it twice): ``audit`` is the new root's audit table (the
+    application writes there only after the failover)."""
+    if not stranded or failed_over_at is None:
+        return []
+    db = _ro(audit)
+    try:
+        rows = db.execute(
+            "SELECT id, n, op FROM items_applied WHERE at < ?", (failed_over_at,)
+        ).fetchall()
+    finally:
+        db.close()
+    applied = {(_OPS[op], i, None if op == "D" else n) for i, n, op in rows}
+    both = sorted((w for w in stranded if w in applied), key=str)
+    if not both:
+        return []
+    return [f"{len(both)} stranded writes saved and also applied by the set, e.g. {both[:5]}"]
 
 
 def _diff(what: str, want: dict[Any, Any], have: dict[Any, Any]) -> list[str]:
@@ -235,16 +306,39 @@ def percentile(values: list[float], p: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
 
 
-def check(
-    run: Path, root: str = "s1", subscribers: tuple[str, ...] = ("s2", "s3")
-) -> dict[str, Any]:
+#: The cascade's nodes; the first is the root until a root loss names another.
+NODES = ("s1", "s2", "s3")
+#: The nodes with the user's audit table (subscribers when the run started).
+AUDITED = ("s2", "s3")
+#: The file ``resurrect`` saves the old root's stranded events to, in the run's directory.
+STRANDED_FILE = "stranded.jsonl"
+
+
+def root_loss(history: list[dict[str, Any]]) -> tuple[str, float | None, float | None]:
+    """The root at the end of the run; when the old one was lost (the application held) and
+    when the failover was done (None, None: it never was)."""
+    root, lost_at, failed_over_at = NODES[0], None, None
+    for rec in sorted((r for r in history if r["kind"] == "root-loss"), key=_t):
+        if rec["step"] == "lost":
+            lost_at = rec["t"]
+        elif rec["step"] == "failover":
+            root, failed_over_at = rec["root"], rec["t"]
+    return root, lost_at, failed_over_at
+
+
+def check(run: Path) -> dict[str, Any]:
     """The report of the run in directory ``run`` (see the module docstring)."""
     history = load(run / "history")
+    root, lost_at, failed_over_at = root_loss(history)
+    subscribers = [n for n in NODES if n != root]
+    stranded = stranded_events(run / STRANDED_FILE)
     violations: dict[str, list[str]] = {}
     violations["fencing"] = fencing(run / "fenced.db", history)
-    violations["writes"] = writes(node_db(run, root), history)
-    violations["replication"] = replication(run, root, list(subscribers))
-    violations["exactly_once"], applied = exactly_once(run, list(subscribers))
+    violations["writes"] = writes(node_db(run, root), history, stranded, lost_at)
+    if root in AUDITED:
+        violations["writes"] += never_both(node_db(run, root), stranded, failed_over_at)
+    violations["replication"] = replication(run, root, subscribers)
+    violations["exactly_once"], applied = exactly_once(run, list(AUDITED))
     violations["leadership"] = leadership(history)
     violations["channels"], channel_stats = channels(history)
     violations["store_master"], store = store_master(history)
@@ -262,6 +356,8 @@ def check(
         "writes_acknowledged": sum(
             1 for r in history if r["kind"] == "write" and r["state"] == "ok"
         ),
+        "root": root,
+        "stranded_saved": len(stranded),
         "row_versions_applied": applied,
         # Candidates run again after losing leadership (exit 75), as a service manager would.
         "candidates_restarted": sum(1 for r in history if r["kind"] == "supervisor-restart"),

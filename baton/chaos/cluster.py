@@ -170,6 +170,8 @@ class ChaosCluster:
         self.ports = {h: 7400 + i for i, h in enumerate(self.hosts)}
         self.history = History(self.history_dir, "harness")
         self.writer: Writer | None = None
+        #: The cascade's root now: ``s1`` until the root is lost and a failover promotes another.
+        self.root = "s1"
         self._define()
 
     # -- the processes -------------------------------------------------------------------------
@@ -491,10 +493,10 @@ class ChaosCluster:
         wanted: dict[str, list[str]] = {
             name: ["counter", name, "--partitions", "2", "--replicas", "3"] for name in COUNTERS
         }
-        for node, provider in CASCADE.items():
+        for node in CASCADE:
             spec = json.dumps({"location": self.location(node)})
             wanted[node] = ["cascade-worker", node, "--replicas", "2", "--spec", spec]
-            if provider is not None:  # a subscriber: its worker runs on Spark
+            if node != self.root:  # a subscriber: its worker runs on Spark
                 wanted[node] += ["--selector", "spark=yes"]
 
         def declared() -> bool:
@@ -509,8 +511,12 @@ class ChaosCluster:
 
         wait_for(declared, timeout=60, interval=1.0, what="the objects declared")
 
+    def subscribers(self) -> list[str]:
+        """The cascade's nodes other than the root, now."""
+        return [node for node in CASCADE if node != self.root]
+
     def start_writer(self, seed: int) -> Writer:
-        self.writer = Writer(node_db(self.dir, "s1"), self.history_dir, seed)
+        self.writer = Writer(node_db(self.dir, self.root), self.history_dir, seed)
         self.writer.start()
         return self.writer
 
@@ -531,17 +537,22 @@ def _audit_triggers(db: sqlite3.Connection) -> None:
     """A user's append-only audit of what the apply did to ``items`` on a subscriber: a row per
     row version written. Events carry whole row images, so a replayed event leaves no trace in
     ``items`` itself; here it leaves a second row for the same (id, n)."""
-    db.execute("CREATE TABLE IF NOT EXISTS items_applied (id INTEGER, n INTEGER, op TEXT)")
+    db.execute("CREATE TABLE IF NOT EXISTS items_applied (id INTEGER, n INTEGER, op TEXT, at REAL)")
+    at = "(julianday('now') - 2440587.5) * 86400.0"  # Unix time, as the history's ``t``
     for op, row in (("INSERT", "new"), ("UPDATE", "new"), ("DELETE", "old")):
         db.execute(
             f"CREATE TRIGGER IF NOT EXISTS items_audit_{op.lower()} AFTER {op} ON items "
-            f"BEGIN INSERT INTO items_applied VALUES ({row}.id, {row}.n, '{op[0]}'); END"
+            f"BEGIN INSERT INTO items_applied VALUES ({row}.id, {row}.n, '{op[0]}', {at}); END"
         )
 
 
 class Writer(threading.Thread):
     """Steady transactions at the root: inserts of new ids, updates that bump ``n``, deletes.
-    Each is recorded with its outcome (``ok`` true only once COMMIT returned)."""
+    Each is recorded with its outcome (``ok`` true only once COMMIT returned).
+
+    When the root is lost, the application is held (:meth:`hold`), then pointed at the new
+    root (:meth:`move_to`): it reads its rows there again, as an application that failed over
+    would, so it never builds on a write that was stranded on the old root."""
 
     def __init__(self, root_db: Path, history_dir: Path, seed: int, interval: float = 0.02):
         super().__init__(daemon=True, name="chaos-writer")
@@ -553,15 +564,42 @@ class Writer(threading.Thread):
         self.live: dict[int, int] = {}
         self.next_id = 1
         self.acked = 0
+        self._lock = threading.Lock()
+        self._held = False
+        self._target = root_db
+
+    def hold(self) -> None:
+        """Stop writing; returns once no write is under way."""
+        with self._lock:
+            self._held = True
+
+    def move_to(self, root_db: Path) -> None:
+        """Write at ``root_db`` from now on (and no longer held)."""
+        with self._lock:
+            self._target = root_db
+            self._held = False
 
     def run(self) -> None:
         db = sqlite3.connect(self.root_db, timeout=5, isolation_level=None)
         try:
             while not self.halt.wait(self.interval):
-                self._one(db)
+                with self._lock:
+                    if self._held:
+                        continue
+                    if self._target != self.root_db:
+                        db.close()
+                        db = self._reopen(self._target)
+                    self._one(db)
         finally:
             db.close()
             self.history.close()
+
+    def _reopen(self, root_db: Path) -> sqlite3.Connection:
+        self.root_db = root_db
+        db = sqlite3.connect(root_db, timeout=5, isolation_level=None)
+        self.live = dict(db.execute("SELECT id, n FROM items WHERE writer = 'w'").fetchall())
+        self.history.record("writer-moved", root=str(root_db), live=len(self.live))
+        return db
 
     def _one(self, db: sqlite3.Connection) -> None:
         r = self.rng.random()
@@ -600,10 +638,10 @@ class Writer(threading.Thread):
 
 
 def probe_lag(cluster: ChaosCluster, timeout: float) -> float | None:
-    """A user's lag: seconds from a commit at the root to the leaf showing it (None: not in
-    ``timeout``). Writes a fresh row and polls the leaf's database read-only."""
-    root = node_db(cluster.dir, "s1")
-    leaf = node_db(cluster.dir, "s3")
+    """A user's lag: seconds from a commit at the root to every other node showing it (None:
+    not in ``timeout``). Writes a fresh row and polls their databases read-only."""
+    root = node_db(cluster.dir, cluster.root)
+    waiting = [node_db(cluster.dir, node) for node in cluster.subscribers()]
     probe_id = -int(time.time() * 1000)
     db = sqlite3.connect(root, timeout=5, isolation_level=None)
     try:
@@ -612,15 +650,19 @@ def probe_lag(cluster: ChaosCluster, timeout: float) -> float | None:
         db.close()
     start = time.monotonic()
     while time.monotonic() - start < timeout:
-        try:
-            ro = sqlite3.connect(f"file:{leaf}?mode=ro", uri=True, timeout=1)
-            try:
-                found = ro.execute("SELECT 1 FROM items WHERE id = ?", (probe_id,)).fetchone()
-            finally:
-                ro.close()
-        except sqlite3.Error:
-            found = None
-        if found:
+        waiting = [path for path in waiting if not _has_row(path, probe_id)]
+        if not waiting:
             return time.monotonic() - start
         time.sleep(0.02)
     return None
+
+
+def _has_row(path: Path, id_: int) -> bool:
+    try:
+        ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+        try:
+            return ro.execute("SELECT 1 FROM items WHERE id = ?", (id_,)).fetchone() is not None
+        finally:
+            ro.close()
+    except sqlite3.Error:
+        return False

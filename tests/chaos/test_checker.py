@@ -3,6 +3,7 @@ and databases: a checker that passes everything would make every campaign green.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,55 @@ def test_leadership_and_settling_violations_are_found() -> None:
     violations, times = checker.settling(rounds)
     assert times == [12.5]
     assert violations == ["round 2 did not settle within 120 s (waiting for a leader)"]
+
+
+def _saved(path: Path, *events: tuple[str, int, int | None]) -> Path:
+    """A ``resurrect`` save file holding these (type, id, n) events of ``items``."""
+    lines: list[str] = []
+    for type_, id_, n in events:
+        data = None if n is None else json.dumps({"id": id_, "n": n, "writer": "w"})
+        key = json.dumps({"id": id_})
+        event = {"ev_id": len(lines) + 1, "type": type_, "table": "items", "key": key}
+        lines.append(json.dumps({**event, "data": data, "tick": None}))
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_writes_stranded_on_a_lost_root_are_the_saved_ones_and_never_also_applied(
+    tmp_path: Path,
+) -> None:
+    """The root was lost at t=10 and s2 promoted: writes 3 and 4 never left s1 and were saved;
+    after the loss the writer went on at s2."""
+    history = [
+        write("insert", 1, 0, 1.0),
+        write("insert", 2, 0, 2.0),
+        write("update", 1, 1, 3.0),  # stranded
+        write("insert", 3, 0, 4.0),  # stranded
+        write("update", 1, 1, 11.0),  # the writer again at s2: n 0 there, so 1 once more
+        write("insert", 4, 0, 12.0),
+        {"kind": "root-loss", "step": "lost", "root": "s1", "t": 10.0},
+        {"kind": "root-loss", "step": "failover", "root": "s2", "t": 10.5},
+    ]
+    assert checker.root_loss(history) == ("s2", 10.0, 10.5)
+    schema = "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER, writer TEXT)"
+    audit = "CREATE TABLE items_applied (id INTEGER, n INTEGER, op TEXT, at REAL)"
+    root = _db(
+        node_db(tmp_path, "s2"), schema, audit,
+        "INSERT INTO items VALUES (1, 1, 'w'), (2, 0, 'w'), (4, 0, 'w')",
+        "INSERT INTO items_applied VALUES (1, 0, 'I', 1.5), (2, 0, 'I', 2.5), (1, 1, 'U', 11.0)",
+    )  # fmt: skip
+    saved = _saved(tmp_path / "stranded.jsonl", ("U", 1, 1), ("I", 3, 0), ("I", -7, 0))
+    stranded = checker.stranded_events(saved)
+    assert stranded == [("update", 1, 1), ("insert", 3, 0)]  # the probe's row left out
+    assert checker.writes(root, history, stranded, 10.0) == []
+    assert checker.never_both(root, stranded, 10.5) == []
+    # Not saved, and not in the set: an acknowledged write lost.
+    (lost,) = checker.writes(root, history, stranded[:1], 10.0)
+    assert "1 missing [3]" in lost
+    # Saved but never acknowledged before the loss.
+    extra = [*stranded, ("insert", 9, 0)]
+    assert any("no write acknowledged" in v for v in checker.writes(root, history, extra, 10.0))
+    # Saved, and the set had applied it before the loss: replaying the file applies it twice.
+    _db(root, "INSERT INTO items_applied VALUES (3, 0, 'I', 4.5)")
+    (both,) = checker.never_both(root, stranded, 10.5)
+    assert "also applied" in both
