@@ -190,6 +190,8 @@ class Election:
         self.renewal_observer: Callable[[float], None] | None = None
         #: Called with a short operation name when a store call fails (for metrics).
         self.error_observer: Callable[[str], None] | None = None
+        #: ``time.monotonic()`` of the last store call that failed (None: none has).
+        self.store_failed_at: float | None = None
 
     # -- public API --------------------------------------------------------------------------
 
@@ -433,6 +435,7 @@ class Election:
             except asyncio.CancelledError:
                 raise
             except (StoreError, TimeoutError) as exc:
+                self.store_failed_at = time.monotonic()
                 if self.error_observer is not None:
                     self.error_observer("campaign")
                 log.warning(
@@ -506,6 +509,7 @@ class Election:
                 async with asyncio.timeout(budget):
                     renewed = (await self.store.renew(self.node_id, [lease]))[lease.name]
             except (StoreError, TimeoutError) as exc:
+                self.store_failed_at = time.monotonic()
                 if self.error_observer is not None:
                     self.error_observer("renew")
                 log.warning(

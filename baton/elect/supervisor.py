@@ -155,11 +155,7 @@ async def supervise(
     the store cannot be used."""
     check_command(argv)
     store = open_store(store_url)
-    await connect_waiting(
-        store,
-        locked_for=3 * timings.ttl,
-        say=lambda exc: say(f"waiting for the store: {describe(exc)}"),
-    )
+    await connect_waiting(store, say=lambda exc: say(f"waiting for the store: {describe(exc)}"))
     election = Election(store, name, holder, timings)
     try:
         await election.start()

@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from baton import __version__
 from baton.channels.hub import ChannelHub
-from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
-from baton.errors import ConfigError, FeedCompacted, StoreError
+from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State, Term
+from baton.errors import (
+    ConfigError,
+    FeedCompacted,
+    LeaseError,
+    StoreError,
+    StoreUnavailable,
+)
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
 from baton.logs import describe
 from baton.node.config import NodeConfig
@@ -34,7 +40,7 @@ from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
-from baton.store import ChangeKind, Store, connect_waiting, open_store
+from baton.store import START_WAIT, ChangeKind, Store, connect_waiting, open_store
 
 if TYPE_CHECKING:
     from baton.failover.roles import Roles
@@ -240,13 +246,41 @@ class NodeAgent:
             raise
 
     async def _connect(self) -> None:
-        """Connect to the store, waiting out a lock (up to 3 ttl) or an empty master file (see
-        :func:`~baton.store.connect_waiting`)."""
+        """Connect to the store, waiting out one that does not answer yet or is switching
+        masters (see :func:`~baton.store.connect_waiting`)."""
         await connect_waiting(
             self.store,
-            locked_for=3 * self.timings.ttl,
             say=lambda exc: log.warning("waiting for the store", extra={"error": describe(exc)}),
         )
+
+    async def _membership_term(self) -> Term:
+        """This node's membership lease. Waited for up to 3 ttl (a lease this node held before
+        a restart expires first), and for as long as :data:`~baton.store.START_WAIT` while the
+        store keeps failing: an agent restarted just as its store went silent exited after 3
+        ttl with a bare ``TimeoutError`` (fault campaign, seed 1, round 10)."""
+        ttl = self.timings.ttl
+        started = time.monotonic()
+        while True:
+            try:
+                return await self.membership.wait_leadership(timeout=ttl)
+            except TimeoutError:
+                pass
+            now = time.monotonic()
+            failed = self.membership.store_failed_at or 0.0
+            answering_since = max(started, failed)
+            if now - failed < ttl:  # the store is failing: its outage is not counted below
+                if now - started < START_WAIT:
+                    continue
+                raise StoreUnavailable(
+                    f"node {self.node_id} could not take its membership lease in "
+                    f"{START_WAIT:g} s: the store kept failing (see the lines above)"
+                )
+            if now - answering_since >= 3 * ttl:
+                raise LeaseError(
+                    f"node {self.node_id} could not take its membership lease while the store "
+                    f"answered for {now - answering_since:.0f} s: is another node running as "
+                    f"{self.node_id!r}?"
+                )
 
     async def start(self) -> None:
         """Connect, take membership, publish the node record, campaign for controller."""
@@ -254,7 +288,7 @@ class NodeAgent:
         await self._connect()
         await self.membership.start()
         log.info("waiting for membership lease")
-        term = await self.membership.wait_leadership(timeout=self.timings.ttl * 3)
+        term = await self._membership_term()
         body = json.dumps(asdict(self.record()), sort_keys=True).encode()
         res = await self.store.put(node_record(self.node_id), body, lease=term.lease)
         if not res.ok:

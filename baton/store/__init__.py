@@ -156,20 +156,24 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-#: Seconds a starting process waits for its store's master file to name a master.
-NO_MASTER_WAIT = 120.0
+#: Seconds a starting process waits out a store that does not answer yet: a switch under way
+#: behind a master file, a server that is paused, restarting or cut off by the network. A
+#: process restarted in the middle of a store outage then comes up when the store does (the
+#: fault campaign lost agents that exited after a few seconds instead).
+START_WAIT = 120.0
 
 
 async def connect_waiting(
-    store: Store, *, locked_for: float, say: Callable[[Exception], None]
+    store: Store, *, say: Callable[[Exception], None], bound: float = START_WAIT
 ) -> None:
-    """Connect ``store``, waiting out what ends on its own: a store that stays locked (nodes of
-    a new cluster all creating the schema of one SQLite file at once), for up to
-    ``locked_for`` seconds; a master file that is empty (a store failover switch under way, or
-    a failover client that has not written it yet), or that names a master that does not
-    answer (the switch has not reached this host's file yet), for up to
-    :data:`NO_MASTER_WAIT`. ``say(error)`` once per cause, not once per try; past its bound,
-    the error is raised."""
+    """Connect ``store``, waiting out what ends on its own, for up to ``bound`` seconds: a
+    store that does not answer in time (a paused or cut-off server; an SQLite file that stays
+    locked while the nodes of a new cluster all create its schema); a master file that is
+    empty (a store failover switch under way, or a failover client that has not written it
+    yet), or that names a master that does not answer (the switch has not reached this host's
+    file yet). A store that refuses outright, not behind a master file, is reported at once
+    (most often a wrong address). ``say(error)`` once per cause, not once per try; past the
+    bound, the error is raised."""
     # Behind a master file an unreachable master is what a switch looks like from here until
     # the file changes; any other store that refuses at start is reported at once.
     waits: tuple[type[StoreError], ...] = (
@@ -185,7 +189,6 @@ async def connect_waiting(
             await store.connect()
             return
         except waits as exc:
-            bound = locked_for if isinstance(exc, StoreTimeout) else NO_MASTER_WAIT
             if loop.time() + delay > started + bound:
                 raise
             if type(exc) is not said:

@@ -1,0 +1,115 @@
+"""A node agent started while its store is silent waits for it, however the silence falls.
+
+Found by the fault campaign (seed 1, `--per-round 12`, round 10): an agent restarted by the
+nemesis, just as its host was cut off from the store, connected and then could not take its
+membership lease; after 3 ttl ``baton node`` exited with ``internal error: TimeoutError`` and
+the cluster never had five agents again. Both phases of a start now wait the outage out
+(up to :data:`baton.store.START_WAIT`), like a client of etcd or ZooKeeper does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from baton.errors import LeaseError
+from baton.node.agent import NodeAgent
+from baton.node.config import load
+from baton.store.redis import SOCKET_TIMEOUT
+from baton.testing import await_for
+from baton.testing.servers import RedisServer, free_port
+
+TOKEN = "cluster-token-0123456789"
+TTL = 1.0
+#: Well past where a start used to give up: 3 ttl, or the first store call's own timeout.
+SILENT = SOCKET_TIMEOUT + 3 * TTL + 1
+
+
+class _PauseOn(logging.Handler):
+    """Pauses ``server`` when the agent logs ``message``: in the same step of the event loop,
+    so no store call of the next phase has run yet."""
+
+    def __init__(self, server: RedisServer, message: str) -> None:
+        super().__init__()
+        self.server = server
+        self.message = message
+        self.paused_at: float | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.paused_at is None and record.getMessage() == self.message:
+            self.server.pause()
+            self.paused_at = time.monotonic()
+
+
+@pytest.mark.parametrize("phase", ["connect", "membership"])
+async def test_a_node_started_while_its_store_is_silent_waits_for_it(
+    tmp_path: Path, phase: str
+) -> None:
+    with RedisServer(tmp_path / "redis") as server:
+        path = tmp_path / "node.toml"
+        path.write_text(
+            f'node_id = "n1"\nstore = "redis://127.0.0.1:{server.port}/0"\n'
+            f'token = "{TOKEN}"\ndata_dir = "{tmp_path}"\n'
+            f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
+        )
+        agent = NodeAgent(load(path, env={}))
+        pauser = _PauseOn(server, "waiting for membership lease")
+        node_log = logging.getLogger("baton.node")
+        level = node_log.level
+        node_log.setLevel(logging.INFO)  # the line the pause waits for is at INFO
+        if phase == "connect":
+            server.pause()
+            pauser.paused_at = time.monotonic()
+        else:
+            node_log.addHandler(pauser)
+        try:
+            starting = asyncio.create_task(agent.start())
+            await await_for(
+                lambda: (
+                    starting.done()
+                    or (
+                        pauser.paused_at is not None
+                        and time.monotonic() - pauser.paused_at > SILENT
+                    )
+                ),
+                timeout=60,
+            )
+            assert not starting.done(), starting.exception()
+            server.resume()
+            await asyncio.wait_for(starting, 30)
+        finally:
+            server.resume()
+            node_log.removeHandler(pauser)
+            node_log.setLevel(level)
+        try:
+            assert agent.membership.is_leader
+        finally:
+            await agent.stop()
+
+
+async def test_a_second_node_with_the_same_id_is_one_line_after_3_ttl(tmp_path: Path) -> None:
+    """The store answers, but the lease stays another process's: that is no outage to wait
+    out, and the start ends in one line that says what to look at."""
+    with RedisServer(tmp_path / "redis") as server:
+        agents = []
+        for i in range(2):
+            path = tmp_path / f"node{i}.toml"
+            path.write_text(
+                f'node_id = "n1"\nstore = "redis://127.0.0.1:{server.port}/0"\n'
+                f'token = "{TOKEN}"\ndata_dir = "{tmp_path / str(i)}"\n'
+                f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
+            )
+            agents.append(NodeAgent(load(path, env={})))
+        await agents[0].start()
+        try:
+            with pytest.raises(LeaseError) as info:
+                await asyncio.wait_for(agents[1].start(), 30)
+            assert "another node running as 'n1'" in str(info.value)
+            await agents[1].stop()
+            assert agents[0].membership.is_leader
+        finally:
+            await agents[0].stop()
