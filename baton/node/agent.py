@@ -282,18 +282,42 @@ class NodeAgent:
                     f"{self.node_id!r}?"
                 )
 
+    async def _publish_first(self, term: Term) -> Term:
+        """Put ``nodes/<id>`` under the membership lease for the first time, waiting out a
+        store that fails meanwhile (up to :data:`~baton.store.START_WAIT`), and taking the
+        lease again if it went: a store switch right after the lease was taken made ``baton
+        node`` exit (fault campaign, seed 1, after fix 13)."""
+        started = time.monotonic()
+        delay = 0.1
+        said = False
+        while True:
+            body = json.dumps(asdict(self.record()), sort_keys=True).encode()
+            try:
+                res = await self.store.put(node_record(self.node_id), body, lease=term.lease)
+            except StoreError as exc:
+                if time.monotonic() - started >= START_WAIT:
+                    raise
+                if not said:
+                    log.warning("node record waits for the store", extra={"error": describe(exc)})
+                    said = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                term = self.membership.term or await self._membership_term()
+                continue
+            if res.ok:
+                break
+            term = await self._membership_term()  # the lease went meanwhile: take it again
+        # From now on every new membership term publishes the record again (_on_membership).
+        self._published = True
+        return term
+
     async def start(self) -> None:
         """Connect, take membership, publish the node record, campaign for controller."""
         self.watchdog.start()
         await self._connect()
         await self.membership.start()
         log.info("waiting for membership lease")
-        term = await self._membership_term()
-        body = json.dumps(asdict(self.record()), sort_keys=True).encode()
-        res = await self.store.put(node_record(self.node_id), body, lease=term.lease)
-        if not res.ok:
-            raise StoreError(f"could not publish node record for {self.node_id}: lease lost")
-        self._published = True
+        term = await self._publish_first(await self._membership_term())
         await self.controller.start()
         await self.channels.start()
         if self.config.redis_failover is not None:

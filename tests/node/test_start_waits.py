@@ -45,7 +45,16 @@ class _PauseOn(logging.Handler):
             self.paused_at = time.monotonic()
 
 
-@pytest.mark.parametrize("phase", ["connect", "membership"])
+#: Where the store goes silent: before the start; just after the membership election started
+#: (no store call of it made yet); just after the lease was taken (the node record unwritten).
+PHASES = {
+    "connect": None,
+    "membership": ("baton.node", "waiting for membership lease"),
+    "record": ("baton.election", "leader"),
+}
+
+
+@pytest.mark.parametrize("phase", sorted(PHASES))
 async def test_a_node_started_while_its_store_is_silent_waits_for_it(
     tmp_path: Path, phase: str
 ) -> None:
@@ -57,11 +66,12 @@ async def test_a_node_started_while_its_store_is_silent_waits_for_it(
             f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
         )
         agent = NodeAgent(load(path, env={}))
-        pauser = _PauseOn(server, "waiting for membership lease")
-        node_log = logging.getLogger("baton.node")
+        logger_name, message = PHASES[phase] or ("baton.node", "")
+        pauser = _PauseOn(server, message)
+        node_log = logging.getLogger(logger_name)
         level = node_log.level
         node_log.setLevel(logging.INFO)  # the line the pause waits for is at INFO
-        if phase == "connect":
+        if PHASES[phase] is None:
             server.pause()
             pauser.paused_at = time.monotonic()
         else:
