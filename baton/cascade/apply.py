@@ -191,6 +191,25 @@ def partition_tick(  # noqa: PLR0917
     db.track_partition(cur, st.set_name, end)
 
 
+def claim_epoch(db: NodeDB, epoch: int) -> None:
+    """Make ``epoch`` the node's before a worker of that epoch reads anything: from then on a
+    worker of an older epoch has every batch refused (:class:`FencedOut`), even while this one
+    has applied nothing yet. Raises :class:`FencedOut` when a newer epoch claimed the node.
+
+    Without it a node's epoch moved only with an applied batch, so an older worker still
+    running (its leadership over, its Spark session slow to start) kept applying while the new
+    one, started from a position that then moved under it, failed batch after batch (the fault
+    campaign, seed 1, round 12: the leaf's lag stayed over the bound)."""
+    with db.transaction() as cur:
+        st = db.state()
+        if epoch < st.epoch:
+            raise FencedOut(
+                f"worker epoch {epoch} is stale: epoch {st.epoch} already claimed {st.name}"
+            )
+        if epoch > st.epoch:
+            db.set_local(cur, "epoch", str(epoch))
+
+
 def apply_batch(
     db: NodeDB,
     ticks: Sequence[Tick],

@@ -23,6 +23,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from baton.cascade.apply import claim_epoch
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.node_ops import copy_ready, copy_table
@@ -168,6 +169,8 @@ class Worker:
     def start(self) -> None:
         from baton.spark.session import activate
 
+        with open_node_db(self.location) as db:
+            claim_epoch(db, self.epoch)  # before reading: an older worker is fenced from here
         provider, location = self._provider_location()
         self.provider = provider
         activate(self.spark)

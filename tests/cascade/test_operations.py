@@ -196,6 +196,33 @@ def test_stale_worker_is_fenced(seed_set: LocalSet) -> None:
     assert s.state("s2").position == position
 
 
+def test_a_new_worker_fences_the_old_one_before_applying_anything(seed_set: LocalSet) -> None:
+    """Found by the fault campaign (seed 1, round 12): a worker whose leadership was over, its
+    Spark session slow to start, began applying after its successor had started, and kept
+    going while the successor, applying nothing yet, failed batch after batch. A worker now
+    claims its epoch when it starts: the older one is refused from that moment."""
+    s = seed_set
+    run_workload(s.path("s1"), 10, seed=13)
+    s.wait_synced(["s2"])
+    s.stop_worker("s2")
+    s.start_worker("s2", epoch=10)  # the older worker: it applies
+    run_workload(s.path("s1"), 10, seed=14)
+    s.wait_synced(["s2"])
+    s.stop_worker("s2")
+    position = s.state("s2").position
+    with open_node_db(s.location("s1")) as root:
+        wait_for(lambda: len(root.ticks(position, position + 1)) == 1, timeout=30)
+        ticks = root.ticks(position, position + 1)
+    newer = s.start_worker("s2", epoch=20)
+    newer.close()  # started, then gone before it applied anything
+    assert s.state("s2").position == position
+    with open_node_db(s.location("s2")) as db, pytest.raises(FencedOut, match="stale"):
+        apply_batch(db, ticks, [], [], epoch=10)
+    with pytest.raises(FencedOut, match="already claimed"):
+        s.start_worker("s2", epoch=10)  # nor can an older worker start again
+    assert s.state("s2").position == position
+
+
 def test_bad_input(tmp_path: Path, spark: SparkSession) -> None:
     with LocalSet(tmp_path, spark) as s:
         s.root("r")
