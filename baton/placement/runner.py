@@ -20,7 +20,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,6 @@ class Member:
     term: int = 0
     leader: str | None = None
     error: str = ""
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Runner:
@@ -91,7 +90,31 @@ class Runner:
         self.may_lead = may_lead
         self.spark = spark
         self.members: dict[str, Member] = {}
-        self._background: set[asyncio.Future[None]] = set()
+        #: One lock per group, held from reading its record to the end of its convergence (and
+        #: by every demotion): one group's member is created, started, stopped and removed by
+        #: one operation at a time. A lock kept on the member instead let two syncs that found
+        #: no member each create one, and the one left out of ``members`` led on, unstopped,
+        #: beside the other (the fault campaign's defect 15: two workers of one node, at one
+        #: epoch, in one agent).
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    def _keep(self, task: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Hold ``task`` until it ends (the event loop keeps only weak references)."""
+
+        def done(t: asyncio.Future[Any]) -> None:
+            self._background.discard(t)
+            exc = None if t.cancelled() else t.exception()
+            if exc is not None:
+                # Its caller gets it, unless the caller was cancelled: then one line here.
+                log.info("group operation failed", extra={"error": describe(exc)})
+
+        self._background.add(task)
+        task.add_done_callback(done)
+        return task
 
     async def sync(self, keys: Iterable[str]) -> dict[str, str]:
         """Make the members of ``keys`` match their group records in the store. Returns the
@@ -106,7 +129,20 @@ class Runner:
         return failed
 
     async def _sync_one(self, key: str) -> str:
-        """Converge one group; returns why its member cannot run here, or ""."""
+        """Converge one group; returns why its member cannot run here, or "". The convergence
+        runs to its end even when the caller is cancelled (a command whose request the
+        controller gave up on): one cut half-way could leave a role running that the member
+        does not record, which nothing would then stop."""
+        task = self._keep(asyncio.ensure_future(self._sync_locked(key)))
+        return await asyncio.shield(task)
+
+    async def _sync_locked(self, key: str) -> str:
+        async with self._lock(key):
+            return await self._converge_group(key)
+
+    async def _converge_group(self, key: str) -> str:
+        # The record is read under the group's lock: of two syncs, the later reader converges
+        # last, so a slow sync never replays an older record over a newer one.
         rec = await self.store.get(group_record(key))
         try:
             group = parse_group(rec.value) if rec is not None else None
@@ -119,11 +155,12 @@ class Runner:
         member = self.members.get(key)
         if group is None:
             if member is not None:
-                async with member.lock:
+                try:
                     await self._stop(member)
                     if member.workload is not None:
                         await member.workload.close()
-                self.members.pop(key, None)
+                finally:
+                    self.members.pop(key, None)
             return ""
         if member is None or member.workload is None:
             member = await self._create(group, member)
@@ -131,8 +168,7 @@ class Runner:
                 return ""
             if member.workload is None:
                 return member.error
-        async with member.lock:
-            await self._converge(member, group)
+        await self._converge(member, group)
         return member.error
 
     async def _create(self, group: GroupRecord, failed: Member | None) -> Member | None:
@@ -236,17 +272,21 @@ class Runner:
                     if member is None or member.role != "leader":
                         continue
                     group = parse_group(change.value) if change.value else None
-                    if group is None or group.leader != self.node_id or group.term > member.term:
-                        await self._demote(key, member)
+                    if self._deposed(member, group):
+                        await self._demote(key, group)
             except asyncio.CancelledError:
                 raise
             except StoreError:
                 since = None  # resume from now; the membership lease covers the gap
                 await asyncio.sleep(0.5)
 
-    async def _demote(self, key: str, member: Member) -> None:
-        async with member.lock:
-            if member.role == "leader":
+    def _deposed(self, member: Member, group: GroupRecord | None) -> bool:
+        return group is None or group.leader != self.node_id or group.term > member.term
+
+    async def _demote(self, key: str, group: GroupRecord | None) -> None:
+        async with self._lock(key):
+            member = self.members.get(key)  # a sync may have moved it on meanwhile
+            if member is not None and member.role == "leader" and self._deposed(member, group):
                 await self._stop(member)
                 log.warning("group leader role stopped: deposed in the store", extra={"group": key})
 
@@ -254,13 +294,14 @@ class Runner:
         """Membership lost: stop every leader role now (scheduled before any await returns)."""
         for key, member in self.members.items():
             if member.role == "leader":
-                task = asyncio.ensure_future(self._drop(key, member))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+                self._keep(asyncio.ensure_future(self._drop(key)))
 
-    async def _drop(self, key: str, member: Member) -> None:
-        async with member.lock:
-            if member.role == "leader":
+    async def _drop(self, key: str) -> None:
+        async with self._lock(key):
+            # Whatever member the group has by now (a sync may have replaced or removed the
+            # one seen when this was scheduled).
+            member = self.members.get(key)
+            if member is not None and member.role == "leader":
                 await self._stop(member)
                 log.warning("group leader role stopped: membership lost", extra={"group": key})
 
@@ -316,11 +357,17 @@ class Runner:
         return await member.workload.serve(request)
 
     async def close(self) -> None:
-        for member in list(self.members.values()):
-            try:
-                await self._stop(member)
-                if member.workload is not None:
-                    await member.workload.close()
-            except BatonError as exc:
-                log.warning("closing a member failed", extra={"error": describe(exc)})
-        self.members.clear()
+        # Convergences under way finish first (each may be starting a role), then every member
+        # stops; a sync arriving meanwhile waits for its group's lock and finds it gone.
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for key in list(self.members):
+            async with self._lock(key):
+                member = self.members.pop(key, None)
+                if member is None:
+                    continue
+                try:
+                    await self._stop(member)
+                    if member.workload is not None:
+                        await member.workload.close()
+                except BatonError as exc:
+                    log.warning("closing a member failed", extra={"error": describe(exc)})

@@ -102,10 +102,10 @@ class CascadeWorker(Workload):
 
     # -- leader ------------------------------------------------------------------------------
 
-    def _run(self, term: int) -> None:
+    def _run(self, term: int, halt: threading.Event) -> None:
         self._service = NodeService(self.location, term, self.ctx.spark, mode=self.mode)
         try:
-            self._service.run(self._halt)
+            self._service.run(halt)
         except FencedOut as exc:
             # A newer term applied to the node: this leadership is over (the controller's
             # next pass finds the group's leader not leading and acts on it).
@@ -115,17 +115,22 @@ class CascadeWorker(Workload):
         await self.stop_follower()
         await self.stop_leader()
         self.term = term
-        self._halt.clear()
+        # A flag per leadership, never cleared: a thread whose stop was cancelled before it
+        # ended (its join given up) still ends, and a later start cannot revive it. One flag
+        # shared and cleared by each start let such a thread run on beside the next one, two
+        # workers of one node at one epoch (the fault campaign's defect 15).
+        self._halt = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, args=(term,), daemon=True, name=f"cascade-{self.ctx.group}"
+            target=self._run, args=(term, self._halt), daemon=True, name=f"cascade-{self.ctx.group}"
         )
         self._thread.start()
 
     async def stop_leader(self) -> None:
         self._halt.set()
-        thread, self._thread = self._thread, None
+        thread = self._thread
         if thread is not None:
             await asyncio.to_thread(thread.join)
+        self._thread = None  # only once joined: a cancelled stop is joined again by the next
         self.term = None
 
     # -- follower ----------------------------------------------------------------------------

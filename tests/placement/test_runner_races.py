@@ -1,0 +1,182 @@
+"""A node runs at most one leader of a group, whatever order its commands, resyncs and
+demotions arrive in, and whatever of them is cancelled half-way.
+
+Defect 15 of the fault campaign (docs/reliability.md): two workers of one cascade node, at one
+epoch, ran in one agent for minutes, each applying batches the other then refused as out of
+order, so the node's subscribers fell behind for good. The epoch fence cannot tell them apart;
+the runner must never start the second one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from baton.cascade import commands, node_ops
+from baton.cascade.model import Role
+from baton.errors import CascadeError
+from baton.keys import GROUPS, OBJECTS
+from baton.placement.model import GroupRecord, ObjectSpec
+from baton.placement.records import dump
+from baton.placement.runner import Runner
+from baton.placement.workload import Workload, WorkloadContext
+from baton.service.workload import CascadeWorker
+from baton.store import Store, open_store
+from baton.testing.waiting import wait_for
+from baton.testing.workload import create_accounts
+
+
+class Probe(Workload):
+    """Counts the leader roles running across every instance of the type."""
+
+    type_name = "probe"
+    leading: ClassVar[set[int]] = set()
+    created: ClassVar[int] = 0
+
+    def __init__(self, ctx: WorkloadContext) -> None:
+        super().__init__(ctx)
+        Probe.created += 1
+
+    async def start_leader(self, term: int) -> None:
+        await asyncio.sleep(0.01)  # a start takes a while: others get to run meanwhile
+        Probe.leading.add(id(self))
+
+    async def stop_leader(self) -> None:
+        await asyncio.sleep(0.01)
+        Probe.leading.discard(id(self))
+
+    async def start_follower(self, leader: str, term: int) -> None:
+        pass
+
+    async def stop_follower(self) -> None:
+        pass
+
+    def commit_index(self) -> int:
+        return 0
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    # The races are the runner's own: one backend shows them.
+    async with open_store(f"sqlite://{tmp_path / 'store.db'}") as s:
+        yield s
+
+
+async def _no_fetch(node: str, group: str, request: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError("a leader fetches nothing")
+
+
+async def _place(store: Store, members: tuple[str, ...], leader: str | None, term: int) -> None:
+    await store.put(OBJECTS + "p", dump(ObjectSpec(name="p", type="probe")))
+    group = GroupRecord(
+        object="p", type="probe", partition=0, members=members, leader=leader, term=term,
+        state="placing",
+    )  # fmt: skip
+    await store.put(GROUPS + group.key, dump(group))
+
+
+async def test_concurrent_syncs_start_one_leader(store: Store, tmp_path: Path) -> None:
+    """A controller command, a resync after a membership lapse and a retried command may all
+    converge one group at once; before the fix each created its own member, and the one left
+    out of the runner's table led on, unstopped, beside the other."""
+    Probe.leading.clear()
+    Probe.created = 0
+    runner = Runner(
+        "a", store, data_dir=tmp_path, types={"probe": Probe}, fetch=_no_fetch,
+        may_lead=lambda: True,
+    )  # fmt: skip
+    try:
+        await _place(store, ("a", "b"), "a", 7)
+        await asyncio.gather(*(runner.sync(["p/0"]) for _ in range(4)))
+        assert Probe.created == 1
+        assert len(Probe.leading) == 1
+        # Removed from the group while others converge it: nothing leads here afterwards.
+        await _place(store, ("b",), "b", 8)
+        await asyncio.gather(runner.sync(["p/0"]), runner.resync_all(), runner.sync(["p/0"]))
+        assert Probe.leading == set()
+        await _place(store, ("a", "b"), "a", 9)
+        await asyncio.gather(runner.resync_all(), runner.sync(["p/0"]), runner.sync(["p/0"]))
+        assert len(Probe.leading) == 1
+    finally:
+        await runner.close()
+    assert Probe.leading == set()  # no leader outlives the runner: none was lost track of
+
+
+async def test_a_cancelled_sync_still_converges(store: Store, tmp_path: Path) -> None:
+    """A command whose HTTP request is given up (the controller's timeout) is cancelled; the
+    convergence it began goes on to the end, so the member's role says what runs."""
+    Probe.leading.clear()
+    runner = Runner(
+        "a", store, data_dir=tmp_path, types={"probe": Probe}, fetch=_no_fetch,
+        may_lead=lambda: True,
+    )  # fmt: skip
+    try:
+        await _place(store, ("a",), "a", 3)
+        task = asyncio.ensure_future(runner.sync(["p/0"]))
+        await asyncio.sleep(0.005)  # inside start_leader
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.05)
+        (row,) = runner.report()
+        assert (row["role"], len(Probe.leading)) == ("leader", 1)
+    finally:
+        await runner.close()
+    assert Probe.leading == set()
+
+
+def _leaf(tmp_path: Path) -> str:
+    root, leaf = tmp_path / "s1.db", tmp_path / "s2.db"
+    create_accounts(root)
+    create_accounts(leaf)
+    node_ops.create_root("s1", f"sqlite://{root}", "S")
+    commands.create_subscriber(Role.LEAF, "s2", f"sqlite://{leaf}", "s1", f"sqlite://{root}")
+    return f"sqlite://{leaf}"
+
+
+async def test_a_cancelled_stop_never_revives_the_old_service(tmp_path: Path) -> None:
+    """The service thread of a leadership whose stop was cancelled must still end: before the
+    fix the next start cleared the halt flag the old thread shared, and it ran on beside the
+    new one at the same epoch (defect 15)."""
+    location = _leaf(tmp_path)
+    gate = threading.Event()
+    first = threading.Event()
+
+    def spark() -> Any:
+        # The first service is busy building its Spark session (slow, on a loaded host) when
+        # its leadership ends; no session is ever made here (the step fails, and is retried).
+        if not first.is_set():
+            first.set()
+            gate.wait(30)
+        raise CascadeError("no Spark in this test")
+
+    obj = ObjectSpec(name="s2", type="cascade-worker", spec={"location": location})
+    ctx = WorkloadContext(obj, 0, "s2/0", "a", tmp_path, _no_fetch, spark)
+    worker = CascadeWorker(ctx)
+    try:
+        await worker.start_leader(1)
+        old = worker._thread
+        assert old is not None
+        await asyncio.to_thread(wait_for, first.is_set, timeout=30, what="the first step")
+        stopping = asyncio.ensure_future(worker.stop_leader())
+        await asyncio.sleep(0)  # it is now joining the busy thread
+        stopping.cancel()
+        await asyncio.gather(stopping, return_exceptions=True)
+        # The next leadership starts while the old thread is still busy; once that thread is
+        # free it must see its own stop (the new start waits for it to end).
+        starting = asyncio.ensure_future(worker.start_leader(2))
+        await asyncio.sleep(0.05)
+        gate.set()
+        await starting
+        await asyncio.to_thread(
+            wait_for, lambda: not old.is_alive(), timeout=20, what="the old service to end"
+        )
+        new = worker._thread
+        assert new is not None and new.is_alive()
+    finally:
+        gate.set()
+        await worker.close()
