@@ -220,16 +220,35 @@ class NodeAgent:
         task.add_done_callback(self._background.discard)
 
     async def _publish_record(self) -> None:
-        """Put ``nodes/<id>`` again under the current membership lease."""
+        """Put ``nodes/<id>`` again under the current membership lease, retrying while that
+        term lasts: a term that outlives one refused write (a store switching just as the lease
+        was taken again) kept no record, so the controller saw no node here for as long as
+        the term lasted and never placed anything on it again (fault campaign, seed 1, run M5:
+        defect 16). A new term publishes by itself (:meth:`_on_membership`)."""
         term = self.membership.term
         if term is None:
             return  # lost again already: the next term publishes
-        body = json.dumps(asdict(self.record()), sort_keys=True).encode()
-        try:
-            await self.store.put(node_record(self.node_id), body, lease=term.lease)
-        except StoreError as exc:
-            # The membership election goes on; its next term publishes again.
-            log.warning("node record not published", extra={"error": describe(exc)})
+        delay = 0.1
+        said = False
+        while True:
+            body = json.dumps(asdict(self.record()), sort_keys=True).encode()
+            try:
+                await self.store.put(node_record(self.node_id), body, lease=term.lease)
+            except StoreError as exc:
+                if not said:
+                    log.warning(
+                        "node record not published; trying again", extra={"error": describe(exc)}
+                    )
+                    said = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.timings.renew_interval)
+                now = self.membership.term
+                if now is None or now.epoch != term.epoch:
+                    return  # this term is over: the next one publishes
+                continue
+            if said:
+                log.info("node record published")
+            return
 
     async def _fetch(self, node: str, group: str, request: dict[str, Any]) -> dict[str, Any]:
         """Ask ``node`` (a group's leader) through its API."""

@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 
 from baton.errors import LeaseError
+from baton.keys import node_record
 from baton.node.agent import NodeAgent
 from baton.node.config import load
+from baton.store import open_store
 from baton.store.redis import SOCKET_TIMEOUT
 from baton.testing import await_for
 from baton.testing.servers import RedisServer, free_port
@@ -123,3 +125,71 @@ async def test_a_second_node_with_the_same_id_is_one_line_after_3_ttl(tmp_path: 
             assert agents[0].membership.is_leader
         finally:
             await agents[0].stop()
+
+
+class _EmptyOn(logging.Handler):
+    """Empties the master file the moment the membership election takes a new lease, and
+    names the master again ``gap`` seconds later: a store switch reaching the host in between,
+    so the node record's write right after the lease is refused."""
+
+    def __init__(self, master_file: Path, master: str, gap: float) -> None:
+        super().__init__()
+        self.master_file, self.master, self.gap = master_file, master, gap
+        self.fired = False
+        self.restored = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.fired or record.getMessage() != "leader":
+            return
+        if getattr(record, "election", "") != "members/n1":
+            return
+        self.fired = True
+        self.master_file.write_text("")
+        asyncio.get_running_loop().call_later(self.gap, self._restore)
+
+    def _restore(self) -> None:
+        self.master_file.write_text(self.master)
+        self.restored = True
+
+
+async def test_a_record_refused_after_membership_returns_is_published_again(
+    tmp_path: Path,
+) -> None:
+    """Fault campaign, run M5 (defect 16): an agent took its membership lease again after the
+    store lost its data, its node record's write was refused once (a store switch under way),
+    and the lease then held: no record for the rest of the term, so the controller saw no node
+    there and left the cascade's groups one member short for good."""
+    with RedisServer(tmp_path / "redis") as server:
+        master = f"127.0.0.1:{server.port}\n"
+        master_file = tmp_path / "redis-master"
+        master_file.write_text(master)
+        path = tmp_path / "node.toml"
+        path.write_text(
+            f'node_id = "n1"\nstore = "redis+masterfile://{master_file}?db=0"\n'
+            f'token = "{TOKEN}"\ndata_dir = "{tmp_path}"\n'
+            f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
+        )
+        agent = NodeAgent(load(path, env={}))
+        election_log = logging.getLogger("baton.election")
+        level = election_log.level
+        election_log.setLevel(logging.INFO)  # the "leader" line is at INFO
+        handler = _EmptyOn(master_file, master, gap=0.3)
+        await agent.start()
+        try:
+            async with open_store(f"redis://127.0.0.1:{server.port}/0") as store:
+
+                async def record() -> bool:
+                    return await store.get(node_record("n1")) is not None
+
+                assert await record()
+                # The store loses its data (its master replaced by an empty one): the lease and
+                # the record are gone, and the lease is taken again...
+                election_log.addHandler(handler)
+                server.restart()
+                await await_for(lambda: handler.restored, timeout=30)  # ...its record refused
+                await await_for(record, timeout=10, what="the record published again")
+                assert agent.membership.is_leader
+        finally:
+            election_log.removeHandler(handler)
+            election_log.setLevel(level)
+            await agent.stop()
