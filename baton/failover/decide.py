@@ -213,11 +213,25 @@ class ServerInfo:
     """The master a replica follows."""
     link_up: bool = False
     token: Token | None = None
+    keys: int = -1
+    """Keys it holds, over every database (-1: not known)."""
+    synced: bool = True
+    """For a replica: whether it completed a sync with its master since it started."""
+
+    @property
+    def holds_nothing(self) -> bool:
+        """Empty and never synced: a server restarted without its data and not yet fed by the
+        master. Promoted, it would make the store lose everything it held (the fault campaign,
+        seed 1, run M6: a replica restarted empty was made a replica of the master, the master
+        died before the sync's first byte, and the replica was promoted: defect 17)."""
+        return self.keys == 0 and not (self.role == "slave" and self.synced)
 
 
 def choose_replica(infos: list[ServerInfo], old: Address | None) -> ServerInfo | None:
-    """The server to promote: reachable, not the old master, with the most advanced
-    replication offset (ties: the first listed).
+    """The server to promote: reachable, not the old master, holding data or synced with the
+    master (never one that :attr:`~ServerInfo.holds_nothing`), with the most advanced
+    replication offset (ties: the first listed). None when no server qualifies: the switch
+    waits for the master to come back, or for an operator's planned switch.
 
     Offsets only compare within one line of masters, so the newest line comes first: the
     failover token a server carries (a master's own, a replica's replicated from its master).
@@ -226,7 +240,7 @@ def choose_replica(infos: list[ServerInfo], old: Address | None) -> ServerInfo |
     best: ServerInfo | None = None
     lowest = Token(-1, "")
     for info in infos:
-        if not info.reachable or info.address == old:
+        if not info.reachable or info.address == old or info.holds_nothing:
             continue
         if best is None or (info.token or lowest, info.offset) > (
             best.token or lowest,

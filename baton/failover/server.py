@@ -14,7 +14,9 @@ The loop (every ``check_interval``):
 4. The replica with the most advanced replication offset is promoted (``REPLICAOF NO ONE``) and
    gets the round's token (the key ``baton:failover:token``, replicated from then on). Before it
    is announced, its clock must have passed the last ``TIME`` read on the old master, so every
-   fencing epoch it grants (at least its clock) is above those granted before.
+   fencing epoch it grants (at least its clock) is above those granted before. Never a server
+   that is empty and never synced (restarted without its data): with no other, the switch is
+   held back until the master returns.
 5. ``reconfigure`` with the new master to every client; every other server is made its replica.
 
 Between rounds it sends a periodic ``reconfigure`` (for newcomers and restarted clients), and,
@@ -215,26 +217,34 @@ class ConfigurationServer:
             async with asyncio.timeout(self.config.request_timeout):
                 r = self._r(address)
                 rep = await r.info("replication")
+                space = await r.info("keyspace")
                 raw = await r.get(TOKEN_KEY)
         except (RedisError, OSError, TimeoutError):
             await self._drop(address)
             return ServerInfo(address, reachable=False)
         role = str(rep.get("role", ""))
         master_of = None
+        link_up = rep.get("master_link_status") == "up"
+        synced = True
         if role == "slave":
             with contextlib.suppress(ConfigError):
                 master_of = parse_address(f"{rep.get('master_host')}:{rep.get('master_port')}")
             offset = int(rep.get("slave_repl_offset", -1))
+            # Redis says -1 while the link has never been up since the server started.
+            synced = link_up or int(rep.get("master_link_down_since_seconds", -1)) >= 0
         else:
             offset = int(rep.get("master_repl_offset", -1))
+        keys = sum(int(db.get("keys", 0)) for db in space.values() if isinstance(db, dict))
         return ServerInfo(
             address,
             reachable=True,
             role=role,
             offset=offset,
             master_of=master_of,
-            link_up=rep.get("master_link_status") == "up",
+            link_up=link_up,
             token=Token.decode(raw),
+            keys=keys,
+            synced=synced,
         )
 
     async def infos(self) -> list[ServerInfo]:
@@ -547,9 +557,15 @@ class ConfigurationServer:
         if new is None:
             chosen = choose_replica(infos, old)
             if chosen is None:
+                empty = [str(i.address) for i in infos if i.reachable and i.holds_nothing]
+                why = (
+                    f"no replica holds the master's data ({', '.join(empty)}: empty, never synced)"
+                    if empty
+                    else "no replica answers"
+                )
                 alert = (
-                    f"switch held back in round {token} at promote: no replica answers; the "
-                    "clients keep an empty master file until a later round"
+                    f"switch held back in round {token} at promote: {why}; the clients keep "
+                    "an empty master file until a later round"
                 )
                 log.warning(alert, extra={"round": str(token)})
                 self.metrics.held_back.set(1)

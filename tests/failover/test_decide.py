@@ -92,3 +92,19 @@ def test_the_newest_line_of_masters_and_then_the_offset_wins() -> None:
     assert choose_replica([old], M) is None
     back = ServerInfo(M, True, "master", offset=950, token=Token(1, "s"))
     assert current_master([back, stuck, promoted], {}) == (R2, Token(2, "s"))
+
+
+def test_a_server_empty_and_never_synced_is_never_promoted() -> None:
+    """Defect 17 (fault campaign, run M6): a replica restarted empty, made a replica just
+    before its master died, never got the sync's first byte; promoting it lost the store."""
+    old = ServerInfo(M, reachable=False)
+    fresh = ServerInfo(R1, True, "slave", offset=0, master_of=M, keys=0, synced=False)
+    restarted = ServerInfo(R2, True, "master", offset=0, keys=0)  # back empty, not yet a replica
+    assert fresh.holds_nothing and restarted.holds_nothing
+    assert choose_replica([old, fresh, restarted], M) is None
+    # Synced once (the master's data was empty), or holding keys (restarted from its own
+    # disk): either may be promoted.
+    synced = ServerInfo(R1, True, "slave", offset=0, master_of=M, keys=0, synced=True)
+    from_disk = ServerInfo(R2, True, "slave", offset=0, master_of=M, keys=12, synced=False)
+    assert choose_replica([old, synced], M) == synced
+    assert choose_replica([old, from_disk, fresh], M) == from_disk

@@ -364,3 +364,39 @@ def test_master_back_with_its_data_after_a_round_that_promoted_nobody(
     wait_for(lambda: _settled(group, [a, b]), timeout=30, what="one master everywhere")
     assert a.master() == old  # the only master there is, with everything it had
     assert server.said("promoted no master that answers")
+
+
+def test_a_replica_back_empty_is_never_promoted_over_its_masters_data(
+    tmp_path: Path, procs: list[ClientRole | ServerRole]
+) -> None:
+    """Found by the fault campaign (seed 1, run M6, defect 17): a replica restarted without its
+    data and the master lost before it could sync; the server promoted the empty replica and
+    the store lost everything (every lease, record and placed object). The switch is now held
+    back, with a line naming the empty server, until the master returns with its data."""
+    with RedisGroup(tmp_path / "redis", 2) as group:
+        with group.client(0) as r:
+            r.mset({f"k{i}": i for i in range(10)})
+        a, b = (failover_client(tmp_path, cid) for cid in ("a", "b"))
+        procs += [a, b]
+        server = failover_server(tmp_path, group, [a, b], "s1")
+        procs.append(server)
+        old, replica = group.addresses
+        wait_for(lambda: a.master() == old and b.master() == old, timeout=20, what="files name m")
+        group.servers[1].restart()  # back empty...
+        group.servers[0].pause()  # ...and the master stops before it can sync (keeping its data)
+        wait_for(
+            lambda: server.said(f"no replica holds the master's data ({replica}: empty"),
+            timeout=30,
+            what="the switch held back",
+        )
+        assert replica not in (a.master(), b.master())
+        group.servers[0].resume()
+        wait_for(lambda: _settled(group, [a, b]), timeout=30, what="one master everywhere")
+        assert a.master() == old  # named again by a later round; the replica never was
+        assert server.said(f"new={replica}") is None
+
+        def replica_keys() -> int:
+            with group.client(1) as r:
+                return int(r.dbsize())
+
+        wait_for(lambda: replica_keys() >= 10, timeout=30, what="the replica fed by the master")
