@@ -177,8 +177,49 @@ def replication(run: Path, root: str, subscribers: list[str]) -> list[str]:
     want = items(root)
     out: list[str] = []
     for node in subscribers:
-        out += _diff(f"{node} vs {root}", want, items(node))
+        have = items(node)
+        found = _diff(f"{node} vs {root}", want, have)
+        behind = _root_as_of(run, root, have) if found else None
+        if behind is not None:
+            # Not a divergence but lag (a run that ended without settling): say so, with when.
+            seq, at, total = behind
+            found = [
+                f"{node} vs {root}: behind, not diverged: {node} holds exactly {root}'s rows as "
+                f"of its row version {seq} of {total} (at {at:.1f})"
+            ]
+        out += found
     return out
+
+
+def _root_as_of(
+    run: Path, root: str, have: dict[int, tuple[int, str]]
+) -> tuple[int, float, int] | None:
+    """The last point of the root's audited history (its ``items_applied``, every row version
+    in commit order) at which its rows were exactly ``have``: (that version's number, its time,
+    how many versions in all). None when the root keeps no audit or no point matches."""
+    db = _ro(node_db(run, root))
+    try:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'items_applied'").fetchone():
+            return None
+        rows = db.execute("SELECT id, n, op, at FROM items_applied ORDER BY rowid").fetchall()
+    finally:
+        db.close()
+    want = {i: n for i, (n, _) in have.items()}
+    state: dict[int, int] = {}
+    differ = set(want)  # the keys where the root's rows, so far, are not ``have``'s
+    last = None
+    for seq, (i, n, op, at) in enumerate(rows, start=1):
+        if op == "D":
+            state.pop(i, None)
+        else:
+            state[i] = n
+        if state.get(i) == want.get(i):
+            differ.discard(i)
+        else:
+            differ.add(i)
+        if not differ:
+            last = (seq, float(at or 0.0), len(rows))
+    return last
 
 
 def exactly_once(run: Path, subscribers: list[str]) -> tuple[list[str], dict[str, int]]:

@@ -230,3 +230,24 @@ def test_writes_stranded_on_a_lost_root_are_the_saved_ones_and_never_also_applie
     _db(root, "INSERT INTO items_applied VALUES (3, 0, 'I', 4.5)")
     (both,) = checker.never_both(root, stranded, 10.5)
     assert "also applied" in both
+
+
+def test_replication_tells_a_node_behind_from_one_that_diverged(tmp_path: Path) -> None:
+    """A run that ends without settling leaves subscribers behind (run M6: the store lost every
+    placed object, no worker ran): a subscriber holding exactly the root's rows of an earlier
+    moment is reported as behind, with when; any other difference stays a divergence."""
+    schema = "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER, writer TEXT)"
+    audit = "CREATE TABLE items_applied (id INTEGER, n INTEGER, op TEXT, at REAL)"
+    _db(
+        node_db(tmp_path, "s2"), schema, audit,
+        "INSERT INTO items VALUES (1, 2, 'w'), (3, 1, 'w')",
+        "INSERT INTO items_applied VALUES (1, 1, 'I', 1.0), (2, 1, 'I', 2.0), (1, 2, 'U', 3.0),"
+        " (2, 1, 'D', 4.0), (3, 1, 'I', 5.0)",
+    )  # fmt: skip
+    # s3 holds the root's rows as of its third version: 1 -> 2 and 2 -> 1.
+    _db(node_db(tmp_path, "s3"), schema, "INSERT INTO items VALUES (1, 2, 'w'), (2, 1, 'w')")
+    (behind,) = checker.replication(tmp_path, "s2", ["s3"])
+    assert "behind, not diverged" in behind and "row version 3 of 5 (at 3.0)" in behind
+    _db(node_db(tmp_path, "s3"), "UPDATE items SET n = 7 WHERE id = 2")  # never the root's
+    (diverged,) = checker.replication(tmp_path, "s2", ["s3"])
+    assert "behind" not in diverged and "1 missing" in diverged and "1 extra" in diverged
