@@ -15,6 +15,7 @@ from baton.store.master_file import read_master
 from baton.testing import await_for
 from baton.testing.failover import RedisGroup
 from baton.testing.servers import RedisServer, free_port
+from tests.node.test_start_waits import node_agent
 
 TOKEN = "cluster-token-0123456789"
 
@@ -78,13 +79,8 @@ async def test_a_node_started_while_the_master_file_is_empty_waits_for_it(
         master_file = tmp_path / "redis-master"
         # A switch under way: the file emptied, or still naming a master that is gone.
         master_file.write_text("" if during == "empty" else f"127.0.0.1:{free_port()}\n")
-        path = tmp_path / "node.toml"
-        path.write_text(
-            f'node_id = "n1"\nstore = "redis+masterfile://{master_file}?db=0"\n'
-            f'token = "{TOKEN}"\ndata_dir = "{tmp_path}"\n'
-            f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = 2\n'
-        )
-        agent = NodeAgent(load(path, env={}))
+        store = f"redis+masterfile://{master_file}?db=0"
+        agent = node_agent(tmp_path / "node.toml", store, tmp_path, ttl=2)
         with caplog.at_level(logging.WARNING, logger="baton"):
             starting = asyncio.create_task(agent.start())
             await await_for(

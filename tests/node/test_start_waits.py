@@ -31,6 +31,15 @@ TTL = 1.0
 SILENT = SOCKET_TIMEOUT + 3 * TTL + 1
 
 
+def node_agent(path: Path, store: str, data_dir: Path, ttl: float = TTL) -> NodeAgent:
+    """An agent ``n1`` on ``store``, its config written to ``path`` (a free API port)."""
+    path.write_text(
+        f'node_id = "n1"\nstore = "{store}"\ntoken = "{TOKEN}"\ndata_dir = "{data_dir}"\n'
+        f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {ttl:g}\n'
+    )
+    return NodeAgent(load(path, env={}))
+
+
 class _PauseOn(logging.Handler):
     """Pauses ``server`` when the agent logs ``message``: in the same step of the event loop,
     so no store call of the next phase has run yet."""
@@ -61,13 +70,7 @@ async def test_a_node_started_while_its_store_is_silent_waits_for_it(
     tmp_path: Path, phase: str
 ) -> None:
     with RedisServer(tmp_path / "redis") as server:
-        path = tmp_path / "node.toml"
-        path.write_text(
-            f'node_id = "n1"\nstore = "redis://127.0.0.1:{server.port}/0"\n'
-            f'token = "{TOKEN}"\ndata_dir = "{tmp_path}"\n'
-            f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
-        )
-        agent = NodeAgent(load(path, env={}))
+        agent = node_agent(tmp_path / "node.toml", f"redis://127.0.0.1:{server.port}/0", tmp_path)
         logger_name, message = PHASES[phase] or ("baton.node", "")
         pauser = _PauseOn(server, message)
         node_log = logging.getLogger(logger_name)
@@ -109,13 +112,8 @@ async def test_a_second_node_with_the_same_id_is_one_line_after_3_ttl(tmp_path: 
     with RedisServer(tmp_path / "redis") as server:
         agents = []
         for i in range(2):
-            path = tmp_path / f"node{i}.toml"
-            path.write_text(
-                f'node_id = "n1"\nstore = "redis://127.0.0.1:{server.port}/0"\n'
-                f'token = "{TOKEN}"\ndata_dir = "{tmp_path / str(i)}"\n'
-                f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
-            )
-            agents.append(NodeAgent(load(path, env={})))
+            store = f"redis://127.0.0.1:{server.port}/0"
+            agents.append(node_agent(tmp_path / f"node{i}.toml", store, tmp_path / str(i)))
         await agents[0].start()
         try:
             with pytest.raises(LeaseError) as info:
@@ -163,13 +161,8 @@ async def test_a_record_refused_after_membership_returns_is_published_again(
         master = f"127.0.0.1:{server.port}\n"
         master_file = tmp_path / "redis-master"
         master_file.write_text(master)
-        path = tmp_path / "node.toml"
-        path.write_text(
-            f'node_id = "n1"\nstore = "redis+masterfile://{master_file}?db=0"\n'
-            f'token = "{TOKEN}"\ndata_dir = "{tmp_path}"\n'
-            f'listen = "127.0.0.1:{free_port()}"\n[timings]\nttl = {TTL:g}\n'
-        )
-        agent = NodeAgent(load(path, env={}))
+        url = f"redis+masterfile://{master_file}?db=0"
+        agent = node_agent(tmp_path / "node.toml", url, tmp_path)
         election_log = logging.getLogger("baton.election")
         level = election_log.level
         election_log.setLevel(logging.INFO)  # the "leader" line is at INFO
