@@ -40,7 +40,7 @@ from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
-from baton.store import START_WAIT, ChangeKind, Store, connect_waiting, open_store
+from baton.store import START_WAIT, ChangeKind, Store, TxnResult, connect_waiting, open_store
 
 if TYPE_CHECKING:
     from baton.failover.roles import Roles
@@ -219,6 +219,11 @@ class NodeAgent:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def _put_record(self, term: Term) -> TxnResult:
+        """Write ``nodes/<id>`` (this node's record, now) under ``term``'s lease."""
+        body = json.dumps(asdict(self.record()), sort_keys=True).encode()
+        return await self.store.put(node_record(self.node_id), body, lease=term.lease)
+
     async def _publish_record(self) -> None:
         """Put ``nodes/<id>`` again under the current membership lease, retrying while that
         term lasts: a term that outlives one refused write (a store switching just as the lease
@@ -231,9 +236,8 @@ class NodeAgent:
         delay = 0.1
         said = False
         while True:
-            body = json.dumps(asdict(self.record()), sort_keys=True).encode()
             try:
-                await self.store.put(node_record(self.node_id), body, lease=term.lease)
+                await self._put_record(term)
             except StoreError as exc:
                 if not said:
                     log.warning(
@@ -310,9 +314,8 @@ class NodeAgent:
         delay = 0.1
         said = False
         while True:
-            body = json.dumps(asdict(self.record()), sort_keys=True).encode()
             try:
-                res = await self.store.put(node_record(self.node_id), body, lease=term.lease)
+                res = await self._put_record(term)
             except StoreError as exc:
                 if time.monotonic() - started >= START_WAIT:
                     raise

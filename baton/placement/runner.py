@@ -109,7 +109,7 @@ class Runner:
             self._background.discard(t)
             exc = None if t.cancelled() else t.exception()
             if exc is not None:
-                # Its caller gets it, unless the caller was cancelled: then one line here.
+                # Its caller gets it too; a caller that was cancelled has only this line.
                 log.info("group operation failed", extra={"error": describe(exc)})
 
         self._background.add(task)
