@@ -27,7 +27,7 @@ from baton.placement.runner import Runner
 from baton.placement.workload import Workload, WorkloadContext
 from baton.service.workload import CascadeWorker
 from baton.store import Store, open_store
-from baton.testing.waiting import wait_for
+from baton.testing.waiting import await_for, wait_for
 from baton.testing.workload import create_accounts
 
 
@@ -121,7 +121,8 @@ async def test_a_cancelled_sync_still_converges(store: Store, tmp_path: Path) ->
         await asyncio.sleep(0.005)  # inside start_leader
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await asyncio.sleep(0.05)
+        # The convergence goes on after its caller is gone: wait for it to record a role.
+        await await_for(lambda: runner.report()[0]["role"] != "none", timeout=10)
         (row,) = runner.report()
         assert (row["role"], len(Probe.leading)) == ("leader", 1)
     finally:
