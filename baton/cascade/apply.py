@@ -245,9 +245,7 @@ def apply_batch(
             raise CascadeError(
                 f"{st.name} is at tick {st.position} but the batch starts at tick {first}"
             )
-        if st.merge_leaf and (
-            db.host_role() is not Role.ROOT or db.host_get("switch_tick") is not None
-        ):
+        if db.only_tracks(st):
             # The merge-leaf of a combined-failover only tracks: its position moves with the
             # partition ticks the combined set brings (NodeDB.track_partition). A combined
             # root handing its role over (a switchover) merges nothing after its last tick.

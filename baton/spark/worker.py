@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from baton.cascade.apply import claim_epoch
 from baton.cascade.db import open_node_db
-from baton.cascade.model import Role
 from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import CascadeError, CascadeInputError, FencedOut
@@ -237,8 +236,9 @@ class Worker:
         with open_node_db(self.location) as db:
             st = db.state()
             # A combined-failover's merge-leaf only tracks (its position moves with the
-            # combined set) until its host becomes the combined root.
-            tracking = st.merge_leaf and db.host_role() is not Role.ROOT
+            # combined set) until its host becomes the combined root, and a combined root's
+            # stops merging once a switchover is under way: the sink would refuse every batch.
+            tracking = db.only_tracks(st)
         if st.epoch > self.epoch:
             # A newer worker applied here: this one's batches are all refused from now on.
             self.stop()

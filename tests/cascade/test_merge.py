@@ -1,8 +1,9 @@
-"""Combined sets (seed 004's complex case), applied in-process without Spark: partition sets A
-and B, each a root; S1 their combined-root (merge-leaves a2, b2), S2 the combined-failover
-(merge-leaves a3, b3, tracking), S3 a branch of S1 with an audit trigger. Each cell of the
-seed's node behaviour table that says "yes" for a merge-leaf is asserted, then S1 is lost and
-S2 takes over: S3 keeps equal to the union of A and B, with every row version applied once."""
+"""Combined sets (seed 004's complex case), applied in-process (Spark only for the workers that
+must stay idle during a switchover): partition sets A and B, each a root; S1 their combined-root
+(merge-leaves a2, b2), S2 the combined-failover (merge-leaves a3, b3, tracking), S3 a branch of
+S1 with an audit trigger. Each cell of the seed's node behaviour table that says "yes" for a
+merge-leaf is asserted, then S1 is lost and S2 takes over: S3 keeps equal to the union of A and
+B, with every row version applied once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -19,8 +21,12 @@ from baton.cascade.apply import ApplyResult, apply_batch, reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import PARTITION_TICK, Role
 from baton.errors import CascadeInputError, Refused
+from baton.spark.worker import LOW_LATENCY, Worker
 from baton.testing.servers import PostgresServer
 from baton.testing.workload import create_accounts
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 PARTS = ("A", "B")
 
@@ -263,9 +269,11 @@ def test_bad_merge_input(tmp_path: Path) -> None:
         set_ops.check(set_ops.CascadeSet(loc["a1"]), "a2")
 
 
-def test_combined_set_switchover(tmp_path: Path) -> None:
+def test_combined_set_switchover(spark: SparkSession, tmp_path: Path) -> None:
     """A planned switchover of the combined root: S1's merge-leaves stop at the switch tick and
-    S2's take over from exactly there, while the partitions write."""
+    S2's take over from exactly there, while the partitions write. Meanwhile S1's merge-leaves'
+    workers keep no query (the sink would refuse every batch: a task restarted on each refusal
+    counted as failing and was stopped)."""
     loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("a1", "b1", "s1", "s2", "s3")}
     for location in loc.values():
         create_accounts(location)
@@ -306,13 +314,27 @@ def test_combined_set_switchover(tmp_path: Path) -> None:
     for _ in range(3):
         cycle()
 
+    checked: list[str] = []
+
     def wait(condition: object, timeout: float) -> None:
         assert callable(condition)
+        for part in PARTS:  # the switch is under way: S1 (still the root) merges no more
+            location = merge.merge_location(loc["s1"], part)
+            with open_node_db(location) as db:
+                assert db.only_tracks(db.state())
+            worker = Worker(spark, location, epoch=1, mode=LOW_LATENCY)
+            try:
+                worker.check()
+                assert worker.query is None, f"{part}2's worker runs during the switchover"
+            finally:
+                worker.close()
+            checked.append(part)
         while not condition():
             cycle()
 
     c = set_ops.CascadeSet(loc["s3"])
     set_ops.switchover(c, "s2", wait=wait)
+    assert checked == list(PARTS)
     assert c.state("s2").role is Role.ROOT and c.state("s1").provider == "s2"
     set_ops.change_provider(set_ops.CascadeSet(loc["s3"]), "s3", "s2")
     for _ in range(3):

@@ -181,6 +181,15 @@ class NodeDB(abc.ABC):
         role = self.host_get("role")
         return None if role is None else Role(role)
 
+    def only_tracks(self, st: NodeState) -> bool:
+        """Whether the node ``st`` (this instance's) is a merge-leaf that only tracks and
+        merges nothing: its host is not the combined root, or is handing that role over (a
+        switchover: nothing is merged after the switch tick). The sink refuses such a node's
+        batches and the worker keeps no query for it; both ask here so they never disagree."""
+        return st.merge_leaf and (
+            self.host_role() is not Role.ROOT or self.host_get("switch_tick") is not None
+        )
+
     def merge_leaves(self) -> dict[str, str]:
         """Partition set -> name of the merge-leaf this database hosts for it."""
         rows = self._rows(
