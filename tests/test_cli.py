@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from baton.testing import free_port
+from baton.testing.processes import Proc
+from baton.testing.waiting import wait_for
 from tests.conftest import Backend
 
 BATON = str(Path(sys.executable).with_name("baton"))
@@ -139,3 +141,18 @@ def test_nodes_without_api_show_a_lapsed_node_suspect_then_dead(tmp_path: Path) 
     asyncio.run(lapsed_node())
     assert state() == "suspect"
     wait_for(lambda: state() == "dead", timeout=20, what="dead 2 ttl after the lapse")
+
+
+def test_usr1_writes_every_threads_stack_and_the_process_goes_on(tmp_path: Path) -> None:
+    """What a seemingly stuck service waits for, seen without stopping it."""
+    store = f"sqlite://{tmp_path}/store.db"
+    argv = [BATON, "elect", "job", "--store", store, "--ttl", "2", "--id", "a", "--", "sleep", "60"]
+    proc = Proc("a", argv, tmp_path / "a.out")
+    try:
+        wait_for(lambda: proc.said("baton elect:"), timeout=30, what="the first line of elect")
+        stacks = proc.stacks()
+        assert "most recent call first" in stacks and "baton/cli" in stacks, stacks
+        assert proc.popen.poll() is None
+        assert "Traceback" not in proc.out.read_text()
+    finally:
+        proc.stop()

@@ -3,9 +3,11 @@ traceback is shown only with ``BATON_DEBUG=1``."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -328,8 +330,11 @@ cli.add_command(redis_failover_cli.redis_failover)
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. ``kill -USR1`` writes every thread's stack to stderr and the
+    process goes on: the one way to see what a long-running service that seems stuck is
+    waiting for, without stopping it."""
     logs.setup(logging.DEBUG if os.environ.get("BATON_DEBUG") else logging.WARNING)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         cli.main(standalone_mode=False)
     except click.UsageError as exc:

@@ -36,6 +36,27 @@ class Proc:
     def said(self, prefix: str) -> str | None:
         return next((line for line in self.lines() if line.startswith(prefix)), None)
 
+    def stacks(self, timeout: float = 5.0) -> str:
+        """Every thread's stack of a running ``baton`` process (it writes them on SIGUSR1),
+        as it wrote them to its output: what a test that timed out shows of a process that
+        seemed stuck. Empty if the process is not running or wrote none in time."""
+        if self.popen.poll() is not None:
+            return ""
+        start = self.out.stat().st_size
+        self.signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.out.open("rb") as f:
+                f.seek(start)
+                text = f.read().decode(errors="replace")
+            if "most recent call first" in text:
+                time.sleep(0.2)  # the dump is written thread by thread: let it end
+                with self.out.open("rb") as f:
+                    f.seek(start)
+                    return f.read().decode(errors="replace")
+            time.sleep(0.05)
+        return ""
+
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
 

@@ -22,7 +22,7 @@ import pytest
 from baton.cascade.db import open_node_db
 from baton.errors import NodeUnreachable
 from baton.testing.processes import Proc
-from baton.testing.waiting import wait_for
+from baton.testing.waiting import WaitTimeout, wait_for
 from baton.testing.workload import Writer, create_accounts, run_workload
 from tests.test_cli import BATON
 
@@ -126,11 +126,19 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
             os.killpg(leaf, signal.SIGSTOP)  # the driver, its JVM and its Python workers
             try:
                 goal = root_tick() + 2
-                wait_for(
-                    lambda g=goal: position("s2") >= g,  # type: ignore[misc]
-                    timeout=30,
-                    what="the branch to apply while the leaf is frozen",
-                )
+                try:
+                    wait_for(
+                        lambda g=goal: position("s2") >= g,  # type: ignore[misc]
+                        timeout=30,
+                        what="the branch to apply while the leaf is frozen",
+                    )
+                except WaitTimeout:
+                    # Once seen in CI, never here: say what the branch's service waits for.
+                    branch = procs["s2"]
+                    raise AssertionError(
+                        f"s2 at {position('s2')}, goal {goal}; s2's stacks:\n{branch.stacks()}"
+                        f"\ns2's log:\n" + "\n".join(branch.lines()[-40:])
+                    ) from None
             finally:
                 os.killpg(leaf, signal.SIGCONT)
         writer.stop()
