@@ -273,7 +273,10 @@ class Runner:
                         continue
                     group = parse_group(change.value) if change.value else None
                     if self._deposed(member, group):
-                        await self._demote(key, group)
+                        # Not awaited here: one group's slow stop (a Spark query finishing its
+                        # micro-batch) must not hold back the demotions of the others. The
+                        # group's lock keeps one group's demotions in order.
+                        self._keep(asyncio.ensure_future(self._demote(key, group)))
             except asyncio.CancelledError:
                 raise
             except StoreError:

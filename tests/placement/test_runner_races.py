@@ -181,3 +181,70 @@ async def test_a_cancelled_stop_never_revives_the_old_service(tmp_path: Path) ->
     finally:
         gate.set()
         await worker.close()
+
+
+class Slow(Workload):
+    """Leads until stopped; stopping group ``slow/0`` waits for :attr:`gate`."""
+
+    type_name = "slow"
+    leading: ClassVar[set[str]] = set()
+    gate: ClassVar[asyncio.Event]
+
+    async def start_leader(self, term: int) -> None:
+        Slow.leading.add(self.ctx.group)
+
+    async def stop_leader(self) -> None:
+        if self.ctx.group == "slow/0":
+            await Slow.gate.wait()
+        Slow.leading.discard(self.ctx.group)
+
+    async def start_follower(self, leader: str, term: int) -> None:
+        pass
+
+    async def stop_follower(self) -> None:
+        pass
+
+    def commit_index(self) -> int:
+        return 0
+
+
+async def _place_slow(store: Store, name: str, leader: str, term: int) -> None:
+    await store.put(OBJECTS + name, dump(ObjectSpec(name=name, type="slow")))
+    group = GroupRecord(
+        object=name, type="slow", partition=0, members=("a", "b"), leader=leader, term=term,
+        state="placing",
+    )  # fmt: skip
+    await store.put(GROUPS + group.key, dump(group))
+
+
+async def test_one_slow_demotion_holds_back_no_other(store: Store, tmp_path: Path) -> None:
+    """Deposed in the store, each group's leader role stops at once, even while another
+    group's stop is slow: before the fix the watch awaited each demotion in turn, and a node
+    the controller could not reach led on at a stale term for as long as the slow stop took."""
+    Slow.leading.clear()
+    Slow.gate = asyncio.Event()
+    runner = Runner(
+        "a", store, data_dir=tmp_path, types={"slow": Slow}, fetch=_no_fetch,
+        may_lead=lambda: True,
+    )  # fmt: skip
+    watch = asyncio.ensure_future(runner.watch_demotions())
+    try:
+        for name in ("slow", "fast"):
+            await _place_slow(store, name, "a", 1)
+        await runner.sync(["slow/0", "fast/0"])
+        assert Slow.leading == {"slow/0", "fast/0"}
+        await _place_slow(store, "slow", "b", 2)  # its stop now waits for the gate
+        await _place_slow(store, "fast", "b", 2)
+        await await_for(lambda: "fast/0" not in Slow.leading, timeout=10)
+        assert "slow/0" in Slow.leading  # still stopping
+        Slow.gate.set()
+        await await_for(lambda: not Slow.leading, timeout=10)
+        assert {row["group"]: row["role"] for row in runner.report()} == {
+            "fast/0": "none",
+            "slow/0": "none",
+        }
+    finally:
+        Slow.gate.set()
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        await runner.close()
