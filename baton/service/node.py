@@ -72,6 +72,9 @@ class NodeService:
         self._waiting_since = 0.0
         self._said_at = 0.0
         self._tries = 0
+        #: The flag :meth:`run` stops on, passed on to the worker (so a start waiting for a
+        #: first micro-batch ends its wait when the service is stopped).
+        self._halt: threading.Event | None = None
 
     def spark(self) -> SparkSession:
         if self._spark is None:
@@ -110,13 +113,17 @@ class NodeService:
                 forget(self._spark)  # the process's shared session
             self._spark = None
         if self.worker is None:
-            self.worker = Worker(self.spark(), self.location, self.epoch, mode=self.mode)
+            spark = self.spark()  # may take long (a JVM starting): stopped meanwhile?
+            if self._halt is not None and self._halt.is_set():
+                return
+            self.worker = Worker(spark, self.location, self.epoch, mode=self.mode, halt=self._halt)
         self.worker.check()
 
     def run(self, halt: threading.Event) -> None:
         """Step until ``halt`` is set; raises :class:`FencedOut` when a newer epoch took the
         node over. See the module docstring for the error policy. Stops the worker on exit."""
         delay = INTERVAL
+        self._halt = halt
         try:
             while not halt.wait(delay):
                 try:

@@ -96,7 +96,11 @@ class Worker:
         trigger: str = "0 seconds",
         max_ticks: int = 1000,
         mode: str = "micro-batch",
+        halt: threading.Event | None = None,
     ) -> None:
+        """``halt``: set by the worker's owner when it stops it (a lost leadership); a start
+        waiting for its session's first micro-batch then gives up the wait, so the stop is
+        not held back by it."""
         if mode not in MODES:
             raise CascadeInputError(f"bad worker mode {mode!r}: use one of {', '.join(MODES)}")
         from baton.spark.session import is_connect
@@ -112,6 +116,7 @@ class Worker:
         self.epoch = epoch
         self.trigger = trigger
         self.max_ticks = max_ticks
+        self._halt = halt or threading.Event()
         self.query: StreamingQuery | TaskQuery | None = None
         self.provider: str | None = None
         self.error: BaseException | None = None
@@ -206,8 +211,10 @@ class Worker:
                     and self.query.lastProgress is None
                     and time.monotonic() < deadline
                 ):
-                    time.sleep(0.05)
-                _WARM.add(id(self.spark))
+                    if self._halt.wait(0.05):
+                        break
+                if not self._halt.is_set():
+                    _WARM.add(id(self.spark))  # halted: the next start waits in its place
         log.info("worker started", extra={"location": self.location, "provider": provider})
 
     def _start_query(self, reader: DataFrame, provider: str, checkpoint: Path) -> StreamingQuery:

@@ -1,9 +1,11 @@
 """The low-latency worker mode (one long-running Spark task per worker, :mod:`baton.spark.task`)
 keeps every guarantee of the micro-batch mode: pause, provider change and a newer worker stop
-its task, nothing is applied twice or skipped, and a stale task's transactions are refused."""
+its task, nothing is applied twice or skipped, and a stale task's transactions are refused.
+Also how a worker of either mode starts when it is stopped at once."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +15,7 @@ from baton.cascade import set_ops
 from baton.cascade.db import open_node_db
 from baton.errors import CascadeError, FencedOut
 from baton.spark.task import Follow, TaskQuery
-from baton.spark.worker import LOW_LATENCY, Worker
+from baton.spark.worker import _WARM, LOW_LATENCY, Worker
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
@@ -95,3 +97,26 @@ def test_pause_provider_change_and_a_newer_worker(spark: SparkSession, tmp_path:
         assert s.rows("s2") == expected and s.rows("s3") == expected
         ids = _queue_ids(s, "s2", last)
         assert ids == sorted(set(ids))
+
+
+def test_a_stopped_start_gives_up_waiting_for_the_first_batch(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The first query of a session waits for its first micro-batch (up to a minute on a
+    loaded host) before any other starts. A worker stopped meanwhile (its leadership lost)
+    gives the wait up, so the stop is not held back by it, and the session is not taken as
+    warm: the next start waits in its place."""
+    with LocalSet(tmp_path, spark) as s:
+        s.root("s1")
+        s.leaf("s2", "s1")
+        s.add_table("accounts")
+        halt = threading.Event()
+        halt.set()
+        _WARM.discard(id(spark))
+        worker = Worker(spark, s.location("s2"), epoch=1, halt=halt)
+        try:
+            worker.start()
+            assert worker.query is not None  # started; its stop is the owner's next step
+            assert id(spark) not in _WARM
+        finally:
+            worker.close()
