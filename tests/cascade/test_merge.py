@@ -325,7 +325,7 @@ def test_combined_set_switchover(spark: SparkSession, tmp_path: Path) -> None:
             worker = Worker(spark, location, epoch=1, mode=LOW_LATENCY)
             try:
                 worker.check()
-                assert worker.query is None, f"{part}2's worker runs during the switchover"
+                assert worker.query is None, f"{part.lower()}2's worker runs during the switchover"
             finally:
                 worker.close()
             checked.append(part)
