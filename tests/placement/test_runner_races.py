@@ -31,7 +31,20 @@ from baton.testing.waiting import await_for, wait_for
 from baton.testing.workload import create_accounts
 
 
-class Probe(Workload):
+class LeaderOnly(Workload):
+    """A type whose follower role does nothing (these tests are about leader roles)."""
+
+    async def start_follower(self, leader: str, term: int) -> None:
+        pass
+
+    async def stop_follower(self) -> None:
+        pass
+
+    def commit_index(self) -> int:
+        return 0
+
+
+class Probe(LeaderOnly):
     """Counts the leader roles running across every instance of the type."""
 
     type_name = "probe"
@@ -49,15 +62,6 @@ class Probe(Workload):
     async def stop_leader(self) -> None:
         await asyncio.sleep(0.01)
         Probe.leading.discard(id(self))
-
-    async def start_follower(self, leader: str, term: int) -> None:
-        pass
-
-    async def stop_follower(self) -> None:
-        pass
-
-    def commit_index(self) -> int:
-        return 0
 
 
 @pytest.fixture
@@ -183,7 +187,7 @@ async def test_a_cancelled_stop_never_revives_the_old_service(tmp_path: Path) ->
         await worker.close()
 
 
-class Slow(Workload):
+class Slow(LeaderOnly):
     """Leads until stopped; stopping group ``slow/0`` waits for :attr:`gate`."""
 
     type_name = "slow"
@@ -197,15 +201,6 @@ class Slow(Workload):
         if self.ctx.group == "slow/0":
             await Slow.gate.wait()
         Slow.leading.discard(self.ctx.group)
-
-    async def start_follower(self, leader: str, term: int) -> None:
-        pass
-
-    async def stop_follower(self) -> None:
-        pass
-
-    def commit_index(self) -> int:
-        return 0
 
 
 async def _place_slow(store: Store, name: str, leader: str, term: int) -> None:
