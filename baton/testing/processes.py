@@ -46,16 +46,16 @@ class Proc:
         self.signal(signal.SIGUSR1)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self.out.open("rb") as f:
-                f.seek(start)
-                text = f.read().decode(errors="replace")
-            if "most recent call first" in text:
+            if "most recent call first" in self._output_since(start):
                 time.sleep(0.2)  # the dump is written thread by thread: let it end
-                with self.out.open("rb") as f:
-                    f.seek(start)
-                    return f.read().decode(errors="replace")
+                return self._output_since(start)
             time.sleep(0.05)
         return ""
+
+    def _output_since(self, offset: int) -> str:
+        with self.out.open("rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
