@@ -274,7 +274,15 @@ def status_cmd(
         last = c.get("last") or {}
         answer = f"{last.get('message')} -> {last.get('answer')}" if last else "no message yet"
         reason = f" ({last['reason']})" if last.get("reason") else ""
-        click.echo(f"  {cid}: file {c.get('master') or 'EMPTY'}, last {answer}{reason}")
+        named = f" (round {_round(c.get('confirmed'))})" if c.get("confirmed") else ""
+        waits = (
+            f", waiting for round {_round(c['invalidated_in'])} (quiet {c.get('quiet', 0):g}s)"
+            if c.get("invalidated_in")
+            else ""
+        )
+        click.echo(
+            f"  {cid}: file {c.get('master') or 'EMPTY'}{named}{waits}, last {answer}{reason}"
+        )
     srv = st["server"]
     if isinstance(srv, dict):
         last_round = srv.get("last_round")
@@ -327,6 +335,13 @@ def switch_cmd(
         f"{last.get('token')} ({last.get('seconds')}s)"
     )
     sys.exit(0)
+
+
+def _round(token: Any) -> str:
+    """A round token as JSON (``[generation, server]``) as it is written in logs."""
+    if isinstance(token, list) and len(token) == 2:
+        return f"{token[0]}/{token[1]}"
+    return str(token)
 
 
 def _host() -> str:

@@ -1,10 +1,11 @@
 """The configuration client (seed 002's RCC): one per worker host, keeper of its master file.
 
 It answers the configuration servers over HTTP (a small Starlette app): ``POST /v1/ping``,
-``/v1/invalidate``, ``/v1/reconfigure``, and ``GET /v1/state`` for ``status``. Every answer
-follows :mod:`baton.failover.decide`; messages are handled one at a time (a lock), and its
-state (the highest round seen, the round it invalidated in) is written to its state file before
-it answers, so a client restarted mid-round keeps its word.
+``/v1/invalidate``, ``/v1/reconfigure``, ``/v1/hold``, and ``GET /v1/state`` for ``status``.
+Every answer follows :mod:`baton.failover.decide`; messages are handled one at a time (a
+lock), and its state (the highest round seen, the round it invalidated in, the round that named
+its master) is written to its state file before it answers, so a client restarted mid-round
+keeps its word.
 
 Why HTTP and not a channel inside Redis: the messages exist to replace a Redis master that may
 be down or cut off; carried by that Redis (pub/sub, a list), they would fail exactly when they
@@ -43,6 +44,7 @@ from baton.failover.decide import (
     ClientState,
     Decision,
     Token,
+    on_hold,
     on_invalidate,
     on_ping,
     on_reconfigure,
@@ -101,6 +103,9 @@ class ConfigurationClient:
         self.state = ClientState()
         self._lock = asyncio.Lock()
         self.last: dict[str, Any] | None = None
+        #: When (monotonic) the round this client invalidated in last reached it; a client
+        #: (re)started mid-round counts from its start.
+        self._round_heard = time.monotonic()
 
     # -- state ------------------------------------------------------------------------------
 
@@ -166,6 +171,8 @@ class ConfigurationClient:
                 write_master(self.config.master_file, decision.master)
             if not save_first and decision.state != self.state:
                 self._save(decision.state)
+            if decision.state.invalidated_in is not None and decision.state.invalidated_in == token:
+                self._round_heard = time.monotonic()
             self.state = decision.state
         reply = self.describe()
         reply.update(answer=decision.answer.value, reason=decision.reason)
@@ -176,6 +183,8 @@ class ConfigurationClient:
             "reason": decision.reason,
             "at": time.time(),
         }
+        if decision.answer == Answer.HELD:
+            return reply  # every check interval while a round works: not worth a line each
         level = logging.INFO if decision.answer != Answer.REFUSED else logging.WARNING
         log.log(
             level,
@@ -210,6 +219,8 @@ class ConfigurationClient:
                 raise ConfigError("a reconfigure without a master")
             current = read_master(self.config.master_file)
             return on_reconfigure(self.state, token, parse_address(master), current)
+        if kind == "hold":
+            return on_hold(self.state, token)
         raise ConfigError(f"unknown message {kind!r}")
 
     def describe(self) -> dict[str, Any]:
@@ -217,11 +228,15 @@ class ConfigurationClient:
         with contextlib.suppress(ConfigError):
             found = read_master(self.config.master_file)
             master = None if found is None else str(found)
+        waiting = self.state.invalidated_in is not None
         return {
             "client": self.config.client_id,
             "master": master,
             "master_file": str(self.config.master_file),
             **self.state.to_json(),
+            # Seconds since the round this client waits for last reached it: other servers
+            # take over a round that stays quiet (its server died mid-round).
+            "quiet": round(time.monotonic() - self._round_heard, 3) if waiting else 0.0,
             "last": self.last,
         }
 
@@ -273,6 +288,7 @@ def build_app(client: ConfigurationClient) -> Starlette:
             Route("/v1/ping", route("ping"), methods=["POST"]),
             Route("/v1/invalidate", route("invalidate"), methods=["POST"]),
             Route("/v1/reconfigure", route("reconfigure"), methods=["POST"]),
+            Route("/v1/hold", route("hold"), methods=["POST"]),
             Route("/v1/state", state, methods=["GET"]),
         ]
     )

@@ -12,9 +12,20 @@ The client's rules, which make a switch unanimous and keep several configuration
   in is refused); the old master must still be unreachable (unless planned); then the file is
   emptied and the client answers ``invalidated``, remembering the round it invalidated in.
 * ``reconfigure``: a client that invalidated in round T applies only the reconfigure of round
-  T; one that is in no round applies a reconfigure whose token is not below the highest seen,
-  when its file is empty (a newcomer, or a restarted client) or already names that master. A
-  reconfigure that would replace another master without a round is refused (``conflict``).
+  T. One that is in no round applies a reconfigure that names the master its file already
+  names (nothing changes), or, when its file is empty (a newcomer, or a restarted client),
+  one whose token is not below the highest seen; never one older than the round that gave it
+  its master. A reconfigure that would replace another master without a round is refused
+  (``conflict``).
+* ``hold``: the server of the round a client invalidated in is still at work (it waits for the
+  new master to catch up, or promotes it). A client whose round has been quiet for long tells
+  the other servers so, and one of them takes the round over.
+
+Every applied reconfigure *confirms* its round: the client remembers its token and master
+(``confirmed``). A server's view of the current master comes only from there, the newest
+confirmed round among the clients (:func:`believed_master`), never from a token found on a Redis
+server: a server can carry a token no client accepted (a round that lost a race, or a master
+that came back with its data).
 """
 
 from __future__ import annotations
@@ -94,6 +105,8 @@ class Answer(StrEnum):
     """The message's token is below the highest the client has seen: a newer round exists."""
     CONFLICT = "conflict"
     """A reconfigure named another master than the client's file, outside any round."""
+    HELD = "held"
+    """The round this client invalidated in is still at work (an answer to ``hold``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,25 +116,42 @@ class ClientState:
     highest: Token | None = None
     pinged_in: Token | None = None
     invalidated_in: Token | None = None
+    confirmed: Token | None = None
+    """The round whose reconfigure this client last applied."""
+    confirmed_master: Address | None = None
+    """The master that round named (kept while the file is emptied by a later round)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "highest": None if self.highest is None else self.highest.to_json(),
-            "pinged_in": None if self.pinged_in is None else self.pinged_in.to_json(),
-            "invalidated_in": None
-            if self.invalidated_in is None
-            else self.invalidated_in.to_json(),
+            "highest": _json(self.highest),
+            "pinged_in": _json(self.pinged_in),
+            "invalidated_in": _json(self.invalidated_in),
+            "confirmed": _json(self.confirmed),
+            "confirmed_master": None
+            if self.confirmed_master is None
+            else str(self.confirmed_master),
         }
 
     @staticmethod
     def from_json(data: Any) -> ClientState:
+        """A state file (one written before ``confirmed`` existed reads as confirming
+        nothing: the server then keeps the master the files name)."""
         if not isinstance(data, dict):
             raise ConfigError("bad client state: expected an object")
+        master = data.get("confirmed_master")
         return ClientState(
             highest=Token.from_json(data.get("highest")),
             pinged_in=Token.from_json(data.get("pinged_in")),
             invalidated_in=Token.from_json(data.get("invalidated_in")),
+            confirmed=Token.from_json(data.get("confirmed")),
+            confirmed_master=None
+            if master is None
+            else parse_address(str(master), what="confirmed master"),
         )
+
+
+def _json(token: Token | None) -> list[Any] | None:
+    return None if token is None else token.to_json()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,26 +207,116 @@ def on_reconfigure(
     state: ClientState, token: Token, master: Address, current: Address | None
 ) -> Decision:
     """``current``: what the master file names now."""
-    stale = _stale(state, token)
-    if stale is not None:
-        return stale
     if state.invalidated_in is not None:
         if token != state.invalidated_in:
+            stale = _stale(state, token)
+            if stale is not None:
+                return stale
             return Decision(
                 state,
                 Answer.REFUSED,
                 f"invalidated in round {state.invalidated_in}: waiting for its reconfigure",
             )
-        done = ClientState(highest=token, pinged_in=None, invalidated_in=None)
+        done = dataclasses.replace(
+            state,
+            highest=_newest(state.highest, token),
+            pinged_in=None,
+            invalidated_in=None,
+            confirmed=token,
+            confirmed_master=master,
+        )
         return Decision(done, Answer.RECONFIGURED, write=True, master=master)
+    if state.confirmed is not None and token < state.confirmed:
+        return Decision(
+            state,
+            Answer.STALE,
+            f"round {token} is older than round {state.confirmed}, which named the master here",
+        )
     if current is not None and current != master:
         return Decision(
             state,
             Answer.CONFLICT,
             f"the master file names {current}, not {master}, and no round moved it",
         )
-    done = dataclasses.replace(state, highest=token)
+    if current is None:
+        # An empty file outside a round (a newcomer, or a client that found its master had
+        # become a replica) takes only the newest round's master.
+        stale = _stale(state, token)
+        if stale is not None:
+            return stale
+    # The file names this master already, or is empty: the round is confirmed here. A round
+    # that pinged this client since (and was held back) does not make the master it has stale.
+    done = dataclasses.replace(
+        state, highest=_newest(state.highest, token), confirmed=token, confirmed_master=master
+    )
     return Decision(done, Answer.RECONFIGURED, write=current != master, master=master)
+
+
+def on_hold(state: ClientState, token: Token) -> Decision:
+    """The server of round ``token`` says it is still at work on it."""
+    if state.invalidated_in == token:
+        return Decision(state, Answer.HELD)
+    stale = _stale(state, token)
+    if stale is not None:
+        return stale
+    return Decision(state, Answer.REFUSED, f"not invalidated in round {token}")
+
+
+def _newest(a: Token | None, b: Token) -> Token:
+    return b if a is None or b > a else a
+
+
+@dataclass(frozen=True, slots=True)
+class ClientReport:
+    """What a server learns of one client (its state, and what its file names)."""
+
+    state: ClientState
+    master: Address | None
+    quiet: float = 0.0
+    """Seconds since the round it invalidated in last reached it (0 when in no round)."""
+
+
+def believed_master(reports: list[ClientReport]) -> tuple[Address, Token] | None:
+    """The current master by the clients: the one the newest confirmed round named. None when
+    no client confirmed a round yet (a first start, or clients whose state files predate
+    ``confirmed``): the caller then keeps the master the files name."""
+    best: tuple[Token, Address] | None = None
+    for r in reports:
+        c, m = r.state.confirmed, r.state.confirmed_master
+        if c is not None and m is not None and (best is None or c > best[0]):
+            best = (c, m)
+    return None if best is None else (best[1], best[0])
+
+
+class RoundOutlook(StrEnum):
+    """What a server sees of the round the clients are in, from their answers."""
+
+    NONE = "none"
+    """No client is invalidated in a round newer than the confirmed master's."""
+    UNDER_WAY = "under way"
+    """Some clients wait for a round's reconfigure and its server was heard from recently."""
+    ABANDONED = "abandoned"
+    """Every client waiting for a round has not heard from its server for ``quiet_limit``
+    seconds: its server died (or is cut off). Another server takes it over with a newer round;
+    rounds are totally ordered, so one that was only slow can no longer finish after that."""
+
+
+def round_outlook(
+    reports: list[ClientReport], confirmed: Token | None, quiet_limit: float
+) -> RoundOutlook:
+    """``confirmed``: the round of the master the server holds for current. A client still
+    waiting for a round no newer than that one will never hear from it (its reconfigure was
+    sent and not received): abandoned at once."""
+    waiting = [r for r in reports if r.state.invalidated_in is not None]
+    if not waiting:
+        return RoundOutlook.NONE
+    if confirmed is not None and any(
+        r.state.invalidated_in is not None and r.state.invalidated_in <= confirmed for r in waiting
+    ):
+        return RoundOutlook.ABANDONED
+    if all(r.quiet >= quiet_limit for r in waiting):
+        return RoundOutlook.ABANDONED
+    return RoundOutlook.UNDER_WAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,15 +402,20 @@ def parse_servers(text: str | list[str]) -> list[Address]:
 
 __all__ = [
     "Answer",
+    "ClientReport",
     "ClientState",
     "Decision",
+    "RoundOutlook",
     "ServerInfo",
     "Token",
+    "believed_master",
     "check_server_id",
     "choose_replica",
     "current_master",
+    "on_hold",
     "on_invalidate",
     "on_ping",
     "on_reconfigure",
     "parse_servers",
+    "round_outlook",
 ]

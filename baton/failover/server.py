@@ -54,16 +54,21 @@ from baton import logs
 from baton.errors import ConfigError, FailoverError
 from baton.failover.client import bind, http_server
 from baton.failover.config import ServerConfig
-from baton.failover.decide import Answer, ServerInfo, Token, choose_replica, current_master
+from baton.failover.decide import (
+    Answer,
+    ClientReport,
+    ClientState,
+    RoundOutlook,
+    ServerInfo,
+    Token,
+    believed_master,
+    choose_replica,
+    current_master,
+    round_outlook,
+)
 from baton.store.master_file import Address, parse_address
 
 log = logging.getLogger("baton.failover.server")
-
-#: Reconfigure intervals a round may stay unfinished (no answering server carries it) before a
-#: server takes it for interrupted and finishes it: longer than a planned switch waits for its
-#: new master to catch up (its --timeout, 30 s by default, against 40 s at the default
-#: interval).
-UNFINISHED_ROUNDS = 20
 
 #: Where a master keeps the token of the round that made it master (replicated to replicas).
 TOKEN_KEY = "baton:failover:token"
@@ -119,21 +124,36 @@ class Reply:
     answer: str | None
     """None: not reached (or an error); the reason says why."""
     reason: str = ""
-    highest: Token | None = None
-    master: str | None = None
-    invalidated_in: Token | None = None
+    report: ClientReport | None = None
+    """The client's state after answering (None when it did not answer)."""
+
+    @property
+    def highest(self) -> Token | None:
+        return None if self.report is None else self.report.state.highest
 
     def to_json(self) -> dict[str, Any]:
+        state = None if self.report is None else self.report.state
         return {
             "client": self.client,
             "answer": self.answer,
             "reason": self.reason,
-            "highest": None if self.highest is None else self.highest.to_json(),
-            "master": self.master,
-            "invalidated_in": None
-            if self.invalidated_in is None
-            else self.invalidated_in.to_json(),
+            **(ClientState() if state is None else state).to_json(),
+            "master": None
+            if self.report is None or self.report.master is None
+            else str(self.report.master),
         }
+
+
+def _report(data: dict[str, Any]) -> ClientReport:
+    """A client's ``/v1/state`` (or an answer carrying it) as a :class:`ClientReport`;
+    :class:`ConfigError` when it is not one."""
+    master = data.get("master")
+    quiet = data.get("quiet", 0.0)
+    return ClientReport(
+        ClientState.from_json(data),
+        None if not master else parse_address(str(master)),
+        float(quiet) if isinstance(quiet, int | float) and not isinstance(quiet, bool) else 0.0,
+    )
 
 
 @dataclass
@@ -159,9 +179,6 @@ class ConfigurationServer:
         """The master's clock (``TIME``, seconds) at its last successful check."""
         self._next_periodic = 0.0
         self._next_round = 0.0
-        #: The newest round the clients have seen that no answering server carries, and since
-        #: when (monotonic) this server has seen it so.
-        self._unfinished: tuple[Token, float] | None = None
         self.invalidated: Token | None = None
         """The round in which every client invalidated, until its reconfigure was sent."""
         # A client answers a ping or an invalidate after trying the old master for up to
@@ -283,14 +300,7 @@ class ConfigurationServer:
             detail = data.get("error") if isinstance(data, dict) else None
             return Reply(cid, None, f"answered {res.status_code}: {detail or res.text[:200]}")
         try:
-            return Reply(
-                cid,
-                str(data.get("answer")),
-                str(data.get("reason") or ""),
-                Token.from_json(data.get("highest")),
-                data.get("master"),
-                Token.from_json(data.get("invalidated_in")),
-            )
+            return Reply(cid, str(data.get("answer")), str(data.get("reason") or ""), _report(data))
         except ConfigError as exc:
             return Reply(cid, None, f"bad answer: {exc}")
 
@@ -351,39 +361,35 @@ class ConfigurationServer:
 
     # -- discovery ----------------------------------------------------------------------------
 
+    async def reports(self) -> list[ClientReport]:
+        """What every client that answers says of itself (``/v1/state``)."""
+        out = []
+        for data in (await self.client_states()).values():
+            if isinstance(data, dict):
+                with contextlib.suppress(ConfigError):
+                    out.append(_report(data))
+        return out
+
     async def discover(self) -> None:
-        """Take the current master from the servers (newest token first) and the clients'
-        files, and learn the highest round any client has seen."""
-        states = await self.client_states()
-        named: dict[Address, int] = {}
-        for st in states.values():
-            if isinstance(st, dict):
-                highest = Token.from_json(st.get("highest"))
-                if highest is not None:
-                    self.generation = max(self.generation, highest.generation)
-                if st.get("master"):
-                    with contextlib.suppress(ConfigError):
-                        addr = parse_address(st["master"])
-                        named[addr] = named.get(addr, 0) + 1
+        """Take the current master from the clients: the master of the newest round they
+        confirmed (a token on a Redis server is never enough: a round that lost a race, or a
+        master that came back with its data, carries one no client accepted). Only when no
+        client confirmed a round yet (a first start) does it come from the servers and the
+        files. Learns the highest round any client or server has seen."""
+        reports = await self.reports()
+        for r in reports:
+            for t in (r.state.highest, r.state.confirmed):
+                if t is not None:
+                    self.generation = max(self.generation, t.generation)
         infos = await self.infos()
         for i in infos:
             if i.token is not None:
                 self.generation = max(self.generation, i.token.generation)
-        found = current_master(infos, named)
-        if found is not None:
-            self.seen.master, self.seen.master_token = found
+        believed = believed_master(reports)
+        if believed is not None:
+            self.seen.master, self.seen.master_token = believed
         else:
-            # No master answers: the one to replace is the one the clients' files name, or,
-            # when they are empty (a round was interrupted after invalidate), the one the
-            # replicas follow. Failing checks of it then start a round as usual.
-            followed: dict[Address, int] = {}
-            for i in infos:
-                if i.reachable and i.master_of is not None:
-                    followed[i.master_of] = followed.get(i.master_of, 0) + 1
-            votes = named or followed
-            if votes:
-                self.seen.master = max(votes, key=lambda a: votes[a])
-                self.seen.master_token = None
+            self._first_master(infos, reports)
         log.info(
             "current master",
             extra={
@@ -392,6 +398,30 @@ class ConfigurationServer:
                 "server": self.config.server_id,
             },
         )
+
+    def _first_master(self, infos: list[ServerInfo], reports: list[ClientReport]) -> None:
+        """No client confirmed a round: the master is the one that answers (the files' choice
+        first), else the one the files or the replicas name. Its round is established by the
+        next check (:meth:`_establish`)."""
+        named: dict[Address, int] = {}
+        for r in reports:
+            if r.master is not None:
+                named[r.master] = named.get(r.master, 0) + 1
+        found = current_master(infos, named)
+        if found is not None:
+            self.seen.master, self.seen.master_token = found[0], None
+            return
+        # No master answers: the one to replace is the one the clients' files name, or,
+        # when they are empty, the one the replicas follow. Failing checks of it then start
+        # a round as usual.
+        followed: dict[Address, int] = {}
+        for i in infos:
+            if i.reachable and i.master_of is not None:
+                followed[i.master_of] = followed.get(i.master_of, 0) + 1
+        votes = named or followed
+        if votes:
+            self.seen.master = max(votes, key=lambda a: votes[a])
+            self.seen.master_token = None
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -425,12 +455,22 @@ class ConfigurationServer:
                 await self.round(old=master, check=True)
             except FailoverError:
                 # Held back (already logged, counted and shown): try again a little later,
-                # not at every check.
+                # not at every check, and first learn what the clients confirmed meanwhile (a
+                # racing server's round may have switched already: no second round for it).
                 self._next_round = time.monotonic() + self.config.reconfigure_interval
+                await self.discover()
 
     async def _establish(self, master: Address) -> None:
-        """First start: give the master a token (raised only), so that periodic reconfigures
-        and a returning old master can be ordered."""
+        """First start (no client confirmed any round): give the master a round of its own
+        (its token raised only), which the clients confirm by applying its periodic
+        reconfigure. Never over a confirmed round: a master that came back with its data would
+        otherwise get the newest token of all and be taken for the current one (issue 27)."""
+        reports = await self.reports()
+        if not reports:
+            return  # no client answers: nothing can confirm a round now
+        if believed_master(reports) is not None:
+            await self.discover()
+            return
         token = self._next_token()
         try:
             await self._raise_token(master, token)
@@ -440,53 +480,52 @@ class ConfigurationServer:
             return
         self.seen.master_token = Token.decode(raw)
 
+    @property
+    def quiet_limit(self) -> float:
+        """Seconds a round may leave its waiting clients without a word before another server
+        takes it over: its server sends ``hold`` every check interval while it works."""
+        return 3 * self.config.check_interval + 2 * self.config.request_timeout
+
     async def periodic(self) -> None:
         """Reconfigure every client with the current master; when all accepted, make every
-        other server its replica. Adopts a newer round when a client reports one."""
+        other server its replica. Adopts a newer confirmed round when a client reports one,
+        and takes over a round whose server has gone quiet."""
         master, token = self.seen.master, self.seen.master_token
         if master is None or token is None:
             return
         replies = await self.broadcast(
             "reconfigure", {"token": token.to_json(), "master": str(master), "periodic": True}
         )
-        highest = self._learn(replies)
-        if any(r.answer == Answer.STALE for r in replies) and highest is not None:
-            log.info("a newer round exists: adopting its master", extra={"round": str(highest)})
-            await self.discover()
-            adopted, now = self.seen.master, self.seen.master_token
-            if adopted is None or now is None or now >= highest:
-                self._unfinished = None
-                return
-            # No server that answers carries the newest round the clients have seen. Either it
-            # is still running (another server's, or a planned switch waiting for its new
-            # master to catch up), or it promoted nobody (it found no replica, or its server
-            # died after invalidate) and the clients' files stay empty until a round finishes:
-            # adopting the master again would meet the same answer forever. Past a grace
-            # period, it is finished with a round above it naming the master that answers now.
-            seen = self._unfinished
-            if seen is None or seen[0] != highest:
-                self._unfinished = (highest, time.monotonic())
-                return
-            if time.monotonic() - seen[1] < UNFINISHED_ROUNDS * self.config.reconfigure_interval:
-                return
-            self._unfinished = None
-            log.warning(
-                "the newest round promoted no master that answers: running a new one",
-                extra={"round": str(highest), "master": str(adopted)},
+        self._learn(replies)
+        reports = [r.report for r in replies if r.report is not None]
+        believed = believed_master(reports)
+        if believed is not None and believed[1] > token:
+            log.info(
+                "a newer round was confirmed: adopting its master",
+                extra={"round": str(believed[1]), "master": str(believed[0])},
             )
-            with contextlib.suppress(FailoverError):
-                await self.round(old=None, check=False, new=adopted)
+            self.seen.master, self.seen.master_token = believed
+            self._failures = 0
+            self._next_periodic = 0.0
             return
-        stuck = [r for r in replies if r.invalidated_in is not None]
-        if stuck:
-            # A round was interrupted (its server died after invalidate): finish it with a
-            # round of our own that names the current master again.
+        outlook = round_outlook(reports, token, self.quiet_limit)
+        if outlook is RoundOutlook.ABANDONED:
+            waiting = [r for r in replies if r.report and r.report.state.invalidated_in]
             log.warning(
-                "clients are waiting for an interrupted round: running a new one",
-                extra={"clients": ",".join(r.client for r in stuck)},
+                "clients wait for a round whose server went quiet: taking it over",
+                extra={
+                    "round": str(max(r.report.state.invalidated_in for r in waiting if r.report)),  # type: ignore[type-var]
+                    "clients": ",".join(r.client for r in waiting),
+                    "master": str(master),
+                },
             )
             with contextlib.suppress(FailoverError):
                 await self.round(old=None, check=False, new=master)
+            return
+        if outlook is RoundOutlook.UNDER_WAY:
+            # Another server's round is at work; look again soon, to take it over in time if
+            # its server dies.
+            self._next_periodic = time.monotonic() + self.config.check_interval
             return
         if all(r.answer == Answer.RECONFIGURED for r in replies):
             self.metrics.held_back.set(0)
@@ -502,8 +541,10 @@ class ConfigurationServer:
             log.warning("periodic reconfigure not accepted", extra={"replies": bad})
 
     async def enforce_replicas(self) -> None:
-        """Every other server follows the master; one carrying a newer token is never demoted
-        (another server's round made it master: adopt it instead)."""
+        """Every other server follows the master (a returning old master carries an older
+        token and becomes a replica). One carrying a newer token is left alone: a round that
+        the clients have not confirmed yet promoted it, and demoting it could leave that
+        round's clients on a replica."""
         master, token = self.seen.master, self.seen.master_token
         if master is None or token is None:
             return
@@ -511,8 +552,11 @@ class ConfigurationServer:
             if info.address == master or not info.reachable:
                 continue
             if info.role == "master" and info.token is not None and info.token > token:
-                await self.discover()
-                return
+                log.info(
+                    "left a master of a newer, unconfirmed round alone",
+                    extra={"server": str(info.address), "round": str(info.token)},
+                )
+                continue
             if info.role == "master" or info.master_of != master:
                 await self._replicate(info.address, master)
 
@@ -549,6 +593,30 @@ class ConfigurationServer:
             raise FailoverError(self.seen.alerts[0])
         log.info("every client invalidated the master", extra={"round": str(token)})
         self.invalidated = token
+        holding = asyncio.create_task(self._hold(token))
+        try:
+            return await self._finish(
+                token, body, old=old, new=new, planned=planned,
+                catch_up_timeout=catch_up_timeout, started=started,
+            )  # fmt: skip
+        finally:
+            holding.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await holding
+
+    async def _hold(self, token: Token) -> None:
+        """While a round works between invalidate and reconfigure (a planned switch waits for
+        its new master, a promotion for its clock fence), tell the waiting clients every check
+        interval that it is alive: other servers take over a round that goes quiet."""
+        while True:
+            await asyncio.sleep(self.config.check_interval)
+            await self.broadcast("hold", {"token": token.to_json()})
+
+    async def _finish(
+        self, token: Token, body: dict[str, Any], *, old: Address | None, new: Address | None,
+        planned: bool, catch_up_timeout: float, started: float,
+    ) -> Address:  # fmt: skip
+        """A round after every client invalidated: promote, then reconfigure."""
         paused = False
         if planned and old is not None and new is not None:
             await self._catch_up(old, new, catch_up_timeout, token)
@@ -582,6 +650,9 @@ class ConfigurationServer:
         try:
             r = self._r(new)
             await r.replicaof("NO", "ONE")
+            # A planned switch whose server died while it waited left writes paused on its
+            # old master; a round that names that master again lifts the pause.
+            await r.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
             await self._raise_token(new, token)
             await self._clock_fence(new)
         except (RedisError, OSError) as exc:
@@ -591,11 +662,22 @@ class ConfigurationServer:
                 f"round {token}: could not promote {new}: {logs.describe(exc)}; clients keep "
                 "an empty master file until a later round"
             ) from None
-        self.seen.master, self.seen.master_token = new, token
-        self._failures = 0
         replies = await self.broadcast("reconfigure", {**body, "master": str(new)})
         self.invalidated = None
-        self._learn(replies)
+        highest = self._learn(replies)
+        overtaken = highest is not None and highest > token
+        if overtaken and not any(r.answer == Answer.RECONFIGURED for r in replies):
+            # No client took it: a newer round reached them all in between (a racing server's,
+            # or one that took this one over). Its master is theirs, not ours.
+            self.metrics.rounds.labels("overtaken").inc()
+            log.info(
+                "round overtaken by a newer one",
+                extra={"round": str(token), "newer": str(highest), "promoted": str(new)},
+            )
+            await self.discover()
+            raise FailoverError(f"round {token} was overtaken by round {highest}: nothing switched")
+        self.seen.master, self.seen.master_token = new, token
+        self._failures = 0
         for info in infos:
             if info.address != new and info.reachable:
                 await self._replicate(info.address, new)

@@ -46,8 +46,10 @@ def baton_exe() -> str:
 class RedisGroup:
     """``count`` Redis servers; the first is the master, the others replicate it."""
 
-    def __init__(self, directory: Path, count: int = 3) -> None:
-        self.servers = [RedisServer(Path(directory) / f"r{i}") for i in range(count)]
+    def __init__(self, directory: Path, count: int = 3, persist: bool = False) -> None:
+        self.servers = [
+            RedisServer(Path(directory) / f"r{i}", persist=persist) for i in range(count)
+        ]
 
     @property
     def addresses(self) -> list[Address]:

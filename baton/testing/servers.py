@@ -96,12 +96,15 @@ class ChildServer:
 
 
 class RedisServer(ChildServer):
-    """A ``redis-server`` child process without persistence (so a restart loses every key, the
-    case baton's epochs must survive)."""
+    """A ``redis-server`` child process, by default without persistence (so a restart loses
+    every key, the case baton's epochs must survive). ``persist``: an append-only file synced
+    on every write, so a server killed and started again comes back with its data (a master
+    restarted after a failover, as an operator's host would do)."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, persist: bool = False) -> None:
         self.directory = Path(directory)
         self.port = port or free_port()
+        self.persist = persist
         self.proc = None
 
     @property
@@ -119,7 +122,8 @@ class RedisServer(ChildServer):
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--save", "",
-                "--appendonly", "no",
+                "--appendonly", "yes" if self.persist else "no",
+                "--appendfsync", "always",
                 "--dir", str(self.directory),
                 "--logfile", str(self.directory / "redis.log"),
             ],

@@ -363,7 +363,7 @@ def test_master_back_with_its_data_after_a_round_that_promoted_nobody(
         s.resume()
     wait_for(lambda: _settled(group, [a, b]), timeout=30, what="one master everywhere")
     assert a.master() == old  # the only master there is, with everything it had
-    assert server.said("promoted no master that answers")
+    assert server.said("whose server went quiet: taking it over")
 
 
 def test_a_replica_back_empty_is_never_promoted_over_its_masters_data(
