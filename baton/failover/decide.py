@@ -288,6 +288,28 @@ def believed_master(reports: list[ClientReport]) -> tuple[Address, Token] | None
     return None if best is None else (best[1], best[0])
 
 
+def first_master(infos: list[ServerInfo], reports: list[ClientReport]) -> Address | None:
+    """The master before any round was confirmed (a first start): the one most clients'
+    files name, whether it answers or not (a dead one is then replaced by a round); with every
+    file empty, the master that answers (:func:`current_master`), else the one the replicas
+    follow. Never a server that merely says it is a master while the files name another: a
+    server started again empty is a master of nothing."""
+    named: dict[Address, int] = {}
+    for r in reports:
+        if r.master is not None:
+            named[r.master] = named.get(r.master, 0) + 1
+    if named:
+        return max(named, key=lambda a: named[a])
+    found = current_master(infos, {})
+    if found is not None:
+        return found[0]
+    followed: dict[Address, int] = {}
+    for i in infos:
+        if i.reachable and i.master_of is not None:
+            followed[i.master_of] = followed.get(i.master_of, 0) + 1
+    return max(followed, key=lambda a: followed[a]) if followed else None
+
+
 class RoundOutlook(StrEnum):
     """What a server sees of the round the clients are in, from their answers."""
 
@@ -412,6 +434,7 @@ __all__ = [
     "check_server_id",
     "choose_replica",
     "current_master",
+    "first_master",
     "on_hold",
     "on_invalidate",
     "on_ping",

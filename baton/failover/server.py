@@ -63,7 +63,7 @@ from baton.failover.decide import (
     Token,
     believed_master,
     choose_replica,
-    current_master,
+    first_master,
     round_outlook,
 )
 from baton.store.master_file import Address, parse_address
@@ -389,7 +389,11 @@ class ConfigurationServer:
         if believed is not None:
             self.seen.master, self.seen.master_token = believed
         else:
-            self._first_master(infos, reports)
+            # No round confirmed yet: its round is established by the next check
+            # (:meth:`_establish`).
+            first = first_master(infos, reports)
+            if first is not None:
+                self.seen.master, self.seen.master_token = first, None
         log.info(
             "current master",
             extra={
@@ -398,30 +402,6 @@ class ConfigurationServer:
                 "server": self.config.server_id,
             },
         )
-
-    def _first_master(self, infos: list[ServerInfo], reports: list[ClientReport]) -> None:
-        """No client confirmed a round: the master is the one that answers (the files' choice
-        first), else the one the files or the replicas name. Its round is established by the
-        next check (:meth:`_establish`)."""
-        named: dict[Address, int] = {}
-        for r in reports:
-            if r.master is not None:
-                named[r.master] = named.get(r.master, 0) + 1
-        found = current_master(infos, named)
-        if found is not None:
-            self.seen.master, self.seen.master_token = found[0], None
-            return
-        # No master answers: the one to replace is the one the clients' files name, or,
-        # when they are empty, the one the replicas follow. Failing checks of it then start
-        # a round as usual.
-        followed: dict[Address, int] = {}
-        for i in infos:
-            if i.reachable and i.master_of is not None:
-                followed[i.master_of] = followed.get(i.master_of, 0) + 1
-        votes = named or followed
-        if votes:
-            self.seen.master = max(votes, key=lambda a: votes[a])
-            self.seen.master_token = None
 
     # -- the loop -----------------------------------------------------------------------------
 

@@ -7,14 +7,20 @@ from hypothesis import strategies as st
 
 from baton.failover.decide import (
     Answer,
+    ClientReport,
     ClientState,
+    RoundOutlook,
     ServerInfo,
     Token,
+    believed_master,
     choose_replica,
     current_master,
+    first_master,
+    on_hold,
     on_invalidate,
     on_ping,
     on_reconfigure,
+    round_outlook,
 )
 from baton.store.master_file import Address
 
@@ -108,3 +114,56 @@ def test_a_server_empty_and_never_synced_is_never_promoted() -> None:
     from_disk = ServerInfo(R2, True, "slave", offset=0, master_of=M, keys=12, synced=False)
     assert choose_replica([old, synced], M) == synced
     assert choose_replica([old, from_disk, fresh], M) == from_disk
+
+
+def test_a_round_that_pinged_and_was_held_back_does_not_make_the_master_stale() -> None:
+    """Issue 27, second variant: a losing server's retry round was refused at ping, and every
+    periodic reconfigure was answered "stale" from then on. The master a client has, named by
+    the round that gave it to it, stays accepted; an older round's is stale."""
+    t1, t2, t3 = Token(1, "s1"), Token(2, "s2"), Token(3, "s1")
+    state = on_ping(ClientState(), t1, old_answers=False).state
+    state = on_invalidate(state, t1, old_answers=False).state
+    state = on_reconfigure(state, t1, R1, None).state
+    assert (state.confirmed, state.confirmed_master) == (t1, R1)
+    state = on_reconfigure(state, t2, R1, R1).state  # a periodic one confirms t2
+    assert state.confirmed == t2
+    refused = on_ping(state, t3, old_answers=True)  # held back: the master answers here
+    assert refused.answer == Answer.REFUSED and refused.state.highest == t3
+    again = on_reconfigure(refused.state, t2, R1, R1)
+    assert again.answer == Answer.RECONFIGURED and not again.write
+    assert on_reconfigure(refused.state, t1, R1, R1).answer == Answer.STALE
+    # An empty file (a client that found its master a replica) takes only the newest round.
+    assert on_reconfigure(refused.state, t2, R2, None).answer == Answer.STALE
+
+
+def test_the_current_master_is_the_newest_confirmed_round_s_never_a_token_on_a_server() -> None:
+    def report(
+        confirmed: Token | None, master: Address | None, file: Address | None
+    ) -> ClientReport:
+        return ClientReport(ClientState(confirmed=confirmed, confirmed_master=master), file)
+
+    t1, t2 = Token(1, "s1"), Token(2, "s2")
+    # A client emptied by a later round keeps the master its round named.
+    reports = [report(t1, M, M), report(t2, R1, R1), report(t2, R1, None)]
+    assert believed_master(reports) == (R1, t2)
+    assert believed_master([report(None, None, M)]) is None
+    # Before any round: the files' master, even dead and even beside a server that came back
+    # empty saying it is a master (it has the newest token of none).
+    back_empty = ServerInfo(R2, True, "master", keys=0)
+    dead = ServerInfo(M, reachable=False)
+    assert first_master([dead, back_empty], [report(None, None, M)]) == M
+    assert first_master([dead, back_empty], [report(None, None, None)]) == R2
+
+
+def test_a_round_is_taken_over_only_once_every_waiting_client_has_heard_nothing_for_long() -> None:
+    t1, t2 = Token(1, "s1"), Token(2, "s2")
+    waiting = ClientState(highest=t2, pinged_in=t2, invalidated_in=t2, confirmed=t1)
+    done = ClientState(highest=t1, confirmed=t1, confirmed_master=M)
+    assert round_outlook([ClientReport(done, M)], t1, 1.0) is RoundOutlook.NONE
+    fresh, quiet = ClientReport(waiting, None, 0.2), ClientReport(waiting, None, 1.5)
+    assert round_outlook([quiet, fresh], t1, 1.0) is RoundOutlook.UNDER_WAY
+    assert round_outlook([quiet, quiet], t1, 1.0) is RoundOutlook.ABANDONED
+    # Waiting for a round no newer than the current master's: its reconfigure was lost.
+    assert round_outlook([fresh], t2, 1.0) is RoundOutlook.ABANDONED
+    assert on_hold(waiting, t2).answer == Answer.HELD
+    assert on_hold(waiting, t1).answer == Answer.STALE
