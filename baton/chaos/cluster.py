@@ -344,6 +344,10 @@ class ChaosCluster:
                 out[host] = ""
         return out
 
+    def store_address(self, name: str) -> str:
+        """Store server ``name`` as the master files name it (``host:port``)."""
+        return f"{self.net.address('st')}:{STORES[name]}"
+
     def store_master(self) -> str | None:
         """The store server every master file names, if they all name the same one."""
         named = set(self.master_files().values())

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from baton.chaos.cluster import LEASES
+from baton.errors import WaitTimeout
+from baton.testing.waiting import wait_for
 
 if TYPE_CHECKING:
     from baton.chaos.cluster import ChaosCluster
@@ -30,6 +32,7 @@ KINDS: dict[str, int] = {
     "kill-elect": 3,
     "kill-jvm": 2,
     "kill-store": 1,
+    "kill-master": 1,
     "store-lost": 1,
     "pause-agent": 2,
     "pause-elect": 2,
@@ -149,6 +152,31 @@ class Nemesis:
         svc = self.cluster.services[name]
         down = self.rng.uniform(0.2, 3.0) * self.cluster.ttl
         return Fault("kill-store", name, down, svc.kill, svc.start_again, frozenset({"store"}))
+
+    def _kill_master(self) -> Fault | None:
+        # The store master every file names, started again with its data right after the
+        # switch that replaces it: it must become a replica, never stay a second master, and
+        # the next kill must switch again (issue 27: two servers once adopted the returning
+        # master and stopped switching).
+        master = self.cluster.store_master() if self.cluster.failover else None
+        names = [n for n in self.cluster.stores if self.cluster.store_address(n) == master]
+        if not names:
+            return None
+        name = names[0]
+        svc = self.cluster.services[name]
+
+        def after_the_switch() -> None:
+            with contextlib.suppress(WaitTimeout):
+                wait_for(
+                    lambda: self.cluster.store_master() not in (None, master),
+                    timeout=6 * self.cluster.ttl,
+                    what="the switch away from the killed master",
+                )
+            svc.start_again()
+
+        return Fault(
+            "kill-master", name, self._long(), svc.kill, after_the_switch, frozenset({"store"})
+        )
 
     def _kill_failover(self) -> Fault | None:
         # A failover client (its host's file stays as it was; a switch waits for it) or server.

@@ -291,18 +291,23 @@ def believed_master(reports: list[ClientReport]) -> tuple[Address, Token] | None
 def first_master(infos: list[ServerInfo], reports: list[ClientReport]) -> Address | None:
     """The master before any round was confirmed (a first start): the one most clients'
     files name, whether it answers or not (a dead one is then replaced by a round); with every
-    file empty, the master that answers (:func:`current_master`), else the one the replicas
-    follow. Never a server that merely says it is a master while the files name another: a
-    server started again empty is a master of nothing."""
+    file empty, the master that answers holding the most (newest token, then keys, then
+    replication offset, then the first listed), else the one the replicas follow. Never a
+    server that merely says it is a master while the files name another: a server started
+    again empty is a master of nothing."""
     named: dict[Address, int] = {}
     for r in reports:
         if r.master is not None:
             named[r.master] = named.get(r.master, 0) + 1
     if named:
         return max(named, key=lambda a: named[a])
-    found = current_master(infos, {})
-    if found is not None:
-        return found[0]
+    masters = [
+        (i, info) for i, info in enumerate(infos) if info.reachable and info.role == "master"
+    ]
+    if masters:
+        lowest = Token(-1, "")
+        _, best = max(masters, key=lambda m: (m[1].token or lowest, m[1].keys, m[1].offset, -m[0]))
+        return best.address
     followed: dict[Address, int] = {}
     for i in infos:
         if i.reachable and i.master_of is not None:
@@ -392,24 +397,6 @@ def choose_replica(infos: list[ServerInfo], old: Address | None) -> ServerInfo |
     return best
 
 
-def current_master(
-    infos: list[ServerInfo], named: dict[Address, int]
-) -> tuple[Address, Token | None] | None:
-    """Which reachable master is the current one: the highest failover token wins (a returning
-    old master carries an older one), then the one most clients' files name, then the most
-    advanced offset, then the first listed. ``named``: master -> how many files name it."""
-    masters = [i for i in infos if i.reachable and i.role == "master"]
-    if not masters:
-        return None
-
-    def rank(item: tuple[int, ServerInfo]) -> tuple[Token, int, int, int]:
-        index, info = item
-        return (info.token or Token(-1, ""), named.get(info.address, 0), info.offset, -index)
-
-    _, best = max(enumerate(masters), key=rank)
-    return best.address, best.token
-
-
 def parse_servers(text: str | list[str]) -> list[Address]:
     """``H:P,H:P,...`` (or a list) as addresses; at least one, no duplicates."""
     items = [x.strip() for x in (text.split(",") if isinstance(text, str) else text)]
@@ -433,7 +420,6 @@ __all__ = [
     "believed_master",
     "check_server_id",
     "choose_replica",
-    "current_master",
     "first_master",
     "on_hold",
     "on_invalidate",

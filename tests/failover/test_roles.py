@@ -25,6 +25,7 @@ from baton.testing.failover import (
     failover_client,
     failover_server,
 )
+from baton.testing.servers import RedisServer
 
 
 @pytest.fixture
@@ -400,3 +401,29 @@ def test_a_replica_back_empty_is_never_promoted_over_its_masters_data(
                 return int(r.dbsize())
 
         wait_for(lambda: replica_keys() >= 10, timeout=30, what="the replica fed by the master")
+
+
+def test_plain_masters_at_the_first_start_end_with_one_master_and_its_replicas(
+    tmp_path: Path, procs: list[ClientRole | ServerRole]
+) -> None:
+    """docs/failover.md, setting up: every Redis server started as a plain master (no
+    replication set up by hand), the clients' files empty. The server takes the one holding
+    the most (here the only one with data), the clients confirm it, the others follow it."""
+    servers = [RedisServer(tmp_path / f"r{i}") for i in range(3)]
+    for s in servers:
+        s.start()
+    try:
+        with redis.Redis(port=servers[1].port) as r:
+            r.set("data", "here")
+        group = RedisGroup.__new__(RedisGroup)
+        group.servers = servers
+        clients = [failover_client(tmp_path, cid) for cid in ("a", "b")]
+        procs += clients
+        procs.append(failover_server(tmp_path, group, clients, "s1"))
+        wait_for(lambda: _settled(group, clients), timeout=30, what="one master everywhere")
+        assert group.masters() == [group.addresses[1]]
+        wait_for(lambda: all(group.role(i) == "slave" for i in (0, 2)), what="the replicas")
+        assert all((c.state() or {}).get("confirmed") for c in clients)
+    finally:
+        for s in servers:
+            s.stop()
