@@ -336,6 +336,57 @@ def trial(name: str, kind: str, keep_streams: bool = False) -> dict[str, Any]:
         return out
 
 
+def takeover_trial() -> dict[str, Any]:
+    """baton only (issue 27): a planned switch (``baton redis-failover switch``, a process)
+    SIGKILLed while it waits for its new master to catch up (the target's replication link is
+    down for good), every client's file empty. The running server (default timings) takes the
+    round over once the clients report it quiet: the time from the kill to every file naming
+    the master again, and to every client's first write acknowledged after the kill."""
+    with temp_dir("baton-bench-sf-") as tmp, _system("baton", tmp) as (group, system):
+        old, target = group.addresses[0], group.addresses[2]
+        writers = [system.writer(i) for i in range(CLIENTS)]
+        for w in writers:
+            w.start()
+        try:
+            wait_for(lambda: all(len(w.acks) > 200 for w in writers), timeout=30)
+            with group.client(2) as r:
+                r.config_set("masterauth", "wrong")
+                r.client_kill_filter(_type="master")
+            argv = [
+                baton_exe(), "redis-failover", "switch", str(target), "--redis-servers",
+                group.spec, "--client-ids", ",".join(c.spec for c in system.clients),
+                "--timeout", "300",
+            ]  # fmt: skip
+            switching = Proc("switch", argv, tmp / "switch.out")
+            wait_for(
+                lambda: all((c.state() or {}).get("invalidated_in") for c in system.clients),
+                timeout=60,
+                interval=0.01,
+            )
+            switching.kill()
+            event = time.time()
+            wait_for(
+                lambda: all(c.master() == old for c in system.clients), timeout=120, interval=0.005
+            )
+            files = time.time() - event
+            wait_for(
+                lambda: all(w.first_on(old.port, event) is not None for w in writers), timeout=60
+            )
+        finally:
+            for w in writers:
+                w.stop()
+        with group.client(2) as r:
+            r.config_set("masterauth", "")
+        firsts = [w.first_on(old.port, event) for w in writers]
+        return {
+            "system": "baton",
+            "kind": "switch killed mid-round",
+            "files": files,
+            "moved": max(f for f in firsts if f is not None) - event,
+            "load": loadavg(),
+        }
+
+
 # -- the whole benchmark ---------------------------------------------------------------------------
 
 
@@ -357,6 +408,11 @@ def store_failover_bench(
                 r["load"] = loadavg()
                 say(json.dumps(r))
                 results.append(r)
+    takeovers = []
+    for _ in range(trials):
+        r = takeover_trial()
+        say(json.dumps(r))
+        takeovers.append(r)
     plots: dict[str, str] = {}
     if plot_dir is not None:
         for kind in ("unplanned", "planned"):
@@ -365,7 +421,7 @@ def store_failover_bench(
                 path = plot_dir / f"store-failover-{kind}.png"
                 _plot(path, [s for r in rows if r for s in r])
                 plots[kind] = path.name
-    return {"trials": trials, "results": results, "plots": plots}
+    return {"trials": trials, "results": results, "takeovers": takeovers, "plots": plots}
 
 
 def _plot(path: Path, rows: list[list[tuple[float, int]]]) -> None:
@@ -431,6 +487,25 @@ def section(res: dict[str, Any]) -> list[str]:
         *(row(r) for r in res["results"]),
         "",
     ]
+    if res.get("takeovers"):
+        out += [
+            "**A round whose server dies** (issue 27): a planned switch (`baton redis-failover "
+            "switch`, its own process) SIGKILLed while it waits for its new master, every "
+            "client's file empty and writes paused on the old master; the running server "
+            "(default timings) takes the round over once every client has heard nothing from "
+            "it for 3 check intervals + 2 request timeouts (3.5 s). *files*: from the kill to "
+            "every file naming the master again; *moved*: to every client's first write "
+            "acknowledged after the kill. Target: 5 s (it was 20 reconfigure intervals, 40 s, "
+            "before).",
+            "",
+            "| trial | files | moved | load |",
+            "|---|---|---|---|",
+            *(
+                f"| {i + 1} | {r['files']:.2f} s | {r['moved']:.2f} s | {r['load']:.1f} |"
+                for i, r in enumerate(res["takeovers"])
+            ),
+            "",
+        ]
     for kind, name in res.get("plots", {}).items():
         out += [
             f"![{kind} write streams]({name})",

@@ -587,10 +587,18 @@ class ConfigurationServer:
     async def _hold(self, token: Token) -> None:
         """While a round works between invalidate and reconfigure (a planned switch waits for
         its new master, a promotion for its clock fence), tell the waiting clients every check
-        interval that it is alive: other servers take over a round that goes quiet."""
-        while True:
-            await asyncio.sleep(self.config.check_interval)
-            await self.broadcast("hold", {"token": token.to_json()})
+        interval that it is alive: other servers take over a round that goes quiet. Each
+        broadcast runs on its own, so one client slow to answer delays no other's hold."""
+        sent: set[asyncio.Task[list[Reply]]] = set()
+        try:
+            while True:
+                await asyncio.sleep(self.config.check_interval)
+                task = asyncio.create_task(self.broadcast("hold", {"token": token.to_json()}))
+                sent.add(task)
+                task.add_done_callback(sent.discard)
+        finally:
+            for task in list(sent):
+                task.cancel()
 
     async def _finish(
         self, token: Token, body: dict[str, Any], *, old: Address | None, new: Address | None,
@@ -634,7 +642,10 @@ class ConfigurationServer:
             # old master; a round that names that master again lifts the pause.
             await r.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
             await self._raise_token(new, token)
-            await self._clock_fence(new)
+            if new != self.seen.master:
+                # Naming the master it has been checking again (a round taken over) grants
+                # nothing new: the fence is for a master that takes another's place.
+                await self._clock_fence(new)
         except (RedisError, OSError) as exc:
             await self._drop(new)
             self.metrics.rounds.labels("failed").inc()
