@@ -9,8 +9,8 @@ a master killed or started again with or without its data, a client restarted, a
 killed in the middle of its round (and started again with nothing remembered). Messages of
 several servers therefore arrive interleaved and late. After every step:
 
-* the master files of all clients never name two different masters at once, and a client's
-  confirmed round only grows;
+* the master files of all clients never name two different masters at once, a client names
+  another master only through a round it confirmed since, and its confirmed round only grows;
 * once faults stop and every client answers (``settle``), the rounds end with exactly one
   master, every file naming it and every other server its replica: a master kill always leads
   to a failover, a returning old master always becomes a replica.
@@ -331,6 +331,8 @@ class FailoverModel(RuleBasedStateMachine):
         self.w = World()
         self.servers: dict[str, Server | None] = {"s1": Server(self.w, "s1"), "s2": None}
         self.confirmed: dict[str, Token | None] = dict.fromkeys(CLIENTS)
+        #: Each client's last non-empty file and the round it had confirmed then.
+        self.had: dict[str, tuple[Address, Token | None]] = {c: (REDIS[0], None) for c in CLIENTS}
 
     # -- the servers' work, and time -------------------------------------------------------
 
@@ -397,6 +399,11 @@ class FailoverModel(RuleBasedStateMachine):
             if before is not None:
                 assert c.state.confirmed is not None and c.state.confirmed >= before
             self.confirmed[cid] = c.state.confirmed
+            if c.file is not None:
+                master, round_ = self.had[cid]
+                # A client names another master only through a round it confirmed since.
+                assert c.file == master or c.state.confirmed != round_, (cid, master, c.file)
+                self.had[cid] = (c.file, c.state.confirmed)
 
     @invariant()
     def files_never_name_two_masters(self) -> None:
