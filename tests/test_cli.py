@@ -50,7 +50,7 @@ def one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None
         (["lease", "show", "--store", "SQLITE"], 2, ["NAME"]),
         (["lease", "list", "--store", "redis://127.0.0.1:PORT/0"], 1, ["127.0.0.1"]),
         (["lease", "list", "--store", "postgresql://u:sekret@127.0.0.1:PORT/x"], 1, []),
-        (["lease", "list", "--store", "sqlite:///no/such/dir/x.db"], 1, ["does not exist"]),
+        (["lease", "list", "--store", "sqlite:///no/such/dir/x.db"], 2, ["does not exist"]),
         (["frobnicate"], 2, ["frobnicate"]),
         # A node API URL without its scheme read as "is the node running?" (the node may be).
         (["status", "--api", "127.0.0.1:PORT"], 2, ["--api", "needs http://", "http://127.0"]),
@@ -106,7 +106,20 @@ def test_lease_show_and_list(backend: Backend, tmp_path: Path) -> None:
 
 
 def test_store_url_from_environment(tmp_path: Path) -> None:
-    res = baton("lease", "list", "--json", env={"BATON_STORE": f"sqlite://{tmp_path / 'e.db'}"})
+    import asyncio
+
+    from baton.store import open_store
+
+    url = f"sqlite://{tmp_path / 'e.db'}"
+    missing = baton("lease", "list", "--json", env={"BATON_STORE": url})
+    one_line_error(missing, "no store at", "e.db")  # read from the environment; not created
+
+    async def create() -> None:
+        async with open_store(url):
+            pass
+
+    asyncio.run(create())
+    res = baton("lease", "list", "--json", env={"BATON_STORE": url})
     assert res.returncode == 0 and res.stdout.strip() == "[]"
 
 

@@ -104,7 +104,11 @@ def existing(location: str) -> str:
     if location.startswith("sqlite://"):
         path = Path(location.removeprefix("sqlite://"))
         if path.parent.is_dir() and not path.exists():
-            raise CascadeInputError(f"{location}: no such node database (the file does not exist)")
+            raise CascadeInputError(
+                f"{location}: no such node database (the file does not exist; nothing was "
+                "created): check the path, or make the node with baton cascade "
+                "create-root|create-branch|create-leaf"
+            )
     return location
 
 

@@ -59,6 +59,7 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     worker applies, so a stale worker can never apply after its successor. Several locations
     share one process and one Spark session (a combined root with the merge-leaves it hosts:
     LOCATION LOCATION#A LOCATION#B ...)."""
+    from baton.cascade.commands import existing
     from baton.cascade.db import open_node_db
     from baton.errors import ConfigError, NodeUnreachable
     from baton.service.under_lease import run_nodes
@@ -75,6 +76,9 @@ def run(  # noqa: PLR0917 (click passes every option by position)
             "have: use --mode micro-batch with a remote, or a --spark-master"
         )
     for location in locations:
+        # A mistyped SQLite path is refused before anything opens it (opening would create
+        # an empty file): only the create-* commands make a node database.
+        existing(location.partition("#")[0])
         try:
             with open_node_db(location) as db:
                 db.state()  # a location that is not a node is refused before anything starts

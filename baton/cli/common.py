@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import click
 
-from baton.errors import BatonError, ConfigError, StoreError
-from baton.store import open_store
+from baton.errors import BatonError, ConfigError, StoreError, redact_url
+from baton.store import Store, open_store, sqlite_path
 
 T = TypeVar("T")
 EXIT_USAGE = 2
@@ -56,6 +57,22 @@ def need_store(url: str | None) -> str:
         raise click.UsageError("no store given: use --store URL or set BATON_STORE")
     open_store(url)  # validates the URL (ConfigError) before anything else happens
     return url
+
+
+def existing_store(url: str) -> Store:
+    """The store at ``url`` for a command that reads or changes a cluster's state: an SQLite
+    store must already be there (opening a mistyped path would create an empty store and
+    answer from it, "controller: none"). Only ``baton up``, ``baton node`` and ``baton elect``
+    create one."""
+    if url.split(":", 1)[0].lower() == "sqlite":
+        path = Path(sqlite_path(url.partition("?")[0]))
+        if not path.is_file():
+            raise ConfigError(
+                f"no store at {redact_url(url)} ({path.resolve()} does not exist; nothing was "
+                "created): check --store or BATON_STORE, or start a cluster with 'baton up' or "
+                "'baton node'"
+            )
+    return open_store(url)
 
 
 def check_api_url(

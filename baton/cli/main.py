@@ -27,13 +27,14 @@ from baton.cli import redis_failover as redis_failover_cli
 from baton.cli.common import (
     EXIT_USAGE,
     api_option,
+    existing_store,
     fail,
     need_store,
     run_async,
     store_option,
 )
 from baton.errors import ConfigError, redact_url
-from baton.store import Lease, open_store
+from baton.store import Lease
 from baton.timings import Timings
 
 
@@ -142,7 +143,7 @@ def up(count: int, store_url: str | None, data_dir: Path, ttl: float) -> None:
 async def _cluster_status(url: str) -> dict[str, Any]:
     from baton.node.status import cluster_status
 
-    async with open_store(url) as store:
+    async with existing_store(url) as store:
         # Suspect for 2 ttl after the lapse the store keeps, the ttl each node's membership had
         # (this process does not know the nodes' config).
         return await cluster_status(store)
@@ -253,7 +254,7 @@ def lease_show(name: str, store_url: str | None, as_json: bool) -> None:
     url = need_store(store_url)
 
     async def go() -> tuple[Lease | None, float]:
-        async with open_store(url) as store:
+        async with existing_store(url) as store:
             return await store.get_lease(name), await store.now()
 
     found, now = run_async(go)
@@ -278,7 +279,7 @@ def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
     url = need_store(store_url)
 
     async def go() -> tuple[list[Lease], float]:
-        async with open_store(url) as store:
+        async with existing_store(url) as store:
             return await store.list_leases(prefix), await store.now()
 
     leases, now = run_async(go)

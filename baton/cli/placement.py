@@ -10,18 +10,21 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from baton.cli.common import need_store, run_async, store_option
+from baton.cli.common import existing_store, need_store, run_async, store_option
 from baton.errors import ConfigError
+from baton.keys import NODES
 from baton.placement.records import (
+    check_node_id,
     create_object,
     delete_object,
     make_object,
+    read_drains,
     read_objects,
     set_drain,
 )
 from baton.placement.view import placement_view
-from baton.placement.workload import check_spec
-from baton.store import open_store
+from baton.placement.workload import check_spec, find_type, load_types
+from baton.store import Store
 
 
 def _labels(values: tuple[str, ...]) -> dict[str, str]:
@@ -64,11 +67,42 @@ def object_create(  # click passes every parameter by keyword
     obj = check_spec(obj)
 
     async def go() -> None:
-        async with open_store(url) as store:
+        async with existing_store(url) as store:
+            await _check_type(store, obj.type)
             await create_object(store, obj)
 
     run_async(go)
     click.echo(f"created {obj.type} {obj.name}: {obj.partitions} partition(s) x {obj.replicas}")
+
+
+async def _node_types(store: Store) -> dict[str, list[str]]:
+    """Every node that ever published its record, with the workload types it runs."""
+    records, _ = await store.list(NODES)
+    out: dict[str, list[str]] = {}
+    for rec in records:
+        try:
+            data = json.loads(rec.value)
+        except ValueError:
+            continue
+        types = data.get("types") if isinstance(data, dict) else None
+        out[rec.key.removeprefix(NODES)] = [str(t) for t in types or [] if isinstance(t, str)]
+    return out
+
+
+async def _check_type(store: Store, type_name: str) -> None:
+    """Refuse a workload type that neither this installation nor any node knows: an object of
+    it could never be placed (a typo, or a node config without its ``[workloads]`` entry)."""
+    if find_type(type_name) is not None:
+        return
+    known = {t for types in (await _node_types(store)).values() for t in types}
+    if type_name in known:
+        return
+    known |= set(load_types())
+    raise ConfigError(
+        f"unknown workload type {type_name!r}: the types known are {', '.join(sorted(known))}; "
+        "a type of your own must be in a node's [workloads] table (or an installed package's "
+        "baton.workloads entry point) before objects of it are created; nothing changed"
+    )
 
 
 @object_group.command("list")
@@ -79,7 +113,7 @@ def object_list(store_url: str | None, as_json: bool) -> None:
     url = need_store(store_url)
 
     async def go() -> list[dict[str, Any]]:
-        async with open_store(url) as store:
+        async with existing_store(url) as store:
             return [o.model_dump() for o in (await read_objects(store)).values()]
 
     objects = run_async(go)
@@ -107,7 +141,7 @@ def object_delete(name: str, store_url: str | None) -> None:
     url = need_store(store_url)
 
     async def go() -> None:
-        async with open_store(url) as store:
+        async with existing_store(url) as store:
             await delete_object(store, name)
 
     run_async(go)
@@ -123,7 +157,15 @@ def drain(node: str, undo: bool, store_url: str | None) -> None:
     url = need_store(store_url)
 
     async def go() -> None:
-        async with open_store(url) as store:
+        check_node_id(node)
+        async with existing_store(url) as store:
+            if not undo or node not in await read_drains(store):
+                known = sorted(await _node_types(store))
+                if node not in known:
+                    raise ConfigError(
+                        f"no node {node!r} in this cluster: the nodes are "
+                        f"{', '.join(known) or 'none yet'} (see 'baton nodes'); nothing changed"
+                    )
             await set_drain(store, node, not undo)
 
     run_async(go)
@@ -138,7 +180,7 @@ def placement(store_url: str | None, as_json: bool) -> None:
     url = need_store(store_url)
 
     async def go() -> dict[str, Any]:
-        async with open_store(url) as store:
+        async with existing_store(url) as store:
             return await placement_view(store)
 
     view = run_async(go)

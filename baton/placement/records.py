@@ -43,6 +43,7 @@ __all__ = [
     "GroupState",
     "ObjectSpec",
     "Transfer",
+    "check_node_id",
     "create_object",
     "delete_object",
     "dump",
@@ -109,13 +110,13 @@ async def read_drains(store: Store) -> set[str]:
 
 
 async def set_drain(store: Store, node: str, drain: bool) -> None:
-    _check_drain_node(node)
+    check_node_id(node)
     if drain:
         await store.put(drain_record(node), json.dumps({"at": await store.now()}).encode())
     else:
         await store.delete(drain_record(node))
 
 
-def _check_drain_node(node: str) -> None:
+def check_node_id(node: str) -> None:
     if not NAME.match(node):
         raise ConfigError(f"node id {node!r} is not valid: see 'baton nodes' for the ids")
