@@ -116,3 +116,16 @@ def test_cascade_run_of_a_mistyped_node_creates_nothing(tmp_path: Path) -> None:
     res = baton("cascade", "run", f"sqlite://{tmp_path / 'nothere.db'}", "--store", store)
     one_line_error(res, "nothere.db", "no such node database", "create-root")
     assert not (tmp_path / "nothere.db").exists()
+
+
+def test_piped_output_is_not_wrapped(tmp_path: Path) -> None:
+    """Issue 28: piped, a table cell was split at 80 columns (`accounts (catchin` / `g-up)`)."""
+    s = ["--store", f"sqlite://{tmp_path / 's.db'}"]
+    a_cluster_with(s[1], "n1")
+    long = "z" * 120
+    assert (
+        baton("object", "create", "counter", "wide", "--selector", f"zone={long}", *s).returncode
+        == 0
+    )
+    listed = baton("object", "list", *s).stdout
+    assert any(f"zone={long}" in line for line in listed.splitlines()), listed

@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from baton.cascade import commands, set_ops
 from baton.cascade.model import Role
-from baton.cli.common import EXIT_STORE, EXIT_USAGE, fail
+from baton.cli.common import EXIT_STORE, EXIT_USAGE, console, fail
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,7 +79,7 @@ def _print_pairs(
     out = Table(*headers, title=title)
     for name, value in shown.items():
         out.add_row(name, value)
-    Console().print(out)
+    console().print(out)
 
 
 via_option = click.option(
@@ -459,7 +458,7 @@ def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
             state or "ok",
             ", ".join(t if s == "ok" else f"{t} ({s})" for t, s in m.tables.items()) or "-",
         )
-    Console().print(out)
+    console().print(out)
 
 
 @cascade.command("status")
@@ -519,7 +518,7 @@ def check(node: str, only: str | None, via: str | None, as_json: bool) -> None:
                 verdict = "equal" if t["equal"] else "different"
             shown = "-" if t["provider_rows"] is None else str(t["provider_rows"])
             out.add_row(table, t["state"], str(t["rows"]), shown, verdict)
-        Console().print(out)
+        console().print(out)
         if not r["equal"] and position != provider_position:
             # Both sides are read while workers may be applying: only a difference that stays
             # once the node is at its provider's tick is real.

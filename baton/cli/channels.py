@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from baton.cli.common import check_api_url, run_async
+from baton.cli.common import check_api_url, console, run_async
 from baton.errors import ConfigError
 
 token_option = click.option(
@@ -108,7 +107,7 @@ def channels(api: str, token_file: Path | None, as_json: bool) -> None:
             row["channel"], str(row["leader"] or "-"), str(row["epoch"] or "-"),
             str(row["offset"] if row["offset"] is not None else "-"), per,
         )  # fmt: skip
-    Console().print(table)
+    console().print(table)
 
 
 __all__ = ["channels", "subscribe"]

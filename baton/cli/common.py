@@ -10,6 +10,7 @@ from typing import NoReturn, TypeVar
 from urllib.parse import urlsplit
 
 import click
+from rich.console import Console
 
 from baton.errors import BatonError, ConfigError, StoreError, redact_url
 from baton.store import Store, open_store, sqlite_path
@@ -17,6 +18,13 @@ from baton.store import Store, open_store, sqlite_path
 T = TypeVar("T")
 EXIT_USAGE = 2
 EXIT_STORE = 1
+
+
+def console() -> Console:
+    """Where commands print tables and lines: the terminal's width on a terminal; piped or
+    redirected, lines as long as they are (rich would wrap them at 80 columns, splitting a
+    word like ``catching-up`` over two lines of a script's input)."""
+    return Console(width=None if sys.stdout.isatty() else 10_000)
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -52,9 +60,21 @@ store_option = click.option(
 )
 
 
+#: Where ``baton up`` keeps its SQLite store by default (its ``--data-dir``, ``.baton``): the
+#: store the commands use when none is given and this file exists in the working directory.
+LOCAL_STORE = Path(".baton") / "store.db"
+
+
 def need_store(url: str | None) -> str:
+    """The store URL given (``--store`` or ``BATON_STORE``), else the store of a ``baton up``
+    run in this directory, else a usage error."""
     if not url:
-        raise click.UsageError("no store given: use --store URL or set BATON_STORE")
+        if not LOCAL_STORE.is_file():
+            raise click.UsageError(
+                "no store given: use --store URL or set BATON_STORE (a 'baton up' in this "
+                "directory is found without either)"
+            )
+        url = f"sqlite://{LOCAL_STORE.resolve()}"
     open_store(url)  # validates the URL (ConfigError) before anything else happens
     return url
 

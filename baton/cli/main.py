@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from baton import logs
@@ -26,7 +25,9 @@ from baton.cli import placement as placement_cli
 from baton.cli import redis_failover as redis_failover_cli
 from baton.cli.common import (
     EXIT_USAGE,
+    LOCAL_STORE,
     api_option,
+    console,
     existing_store,
     fail,
     need_store,
@@ -109,7 +110,7 @@ def up(count: int, store_url: str | None, data_dir: Path, ttl: float) -> None:
     if store_url:
         need_store(store_url)
     cluster = LocalCluster(count, store_url, data_dir.resolve(), ttl=ttl)
-    console = Console()
+    out = console()
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -120,23 +121,34 @@ def up(count: int, store_url: str | None, data_dir: Path, ttl: float) -> None:
     signals.signal(signals.SIGTERM, on_signal)
     cluster.start()
     try:
-        console.print(f"store {redact_url(cluster.store_url)}")
-        console.print(f"cluster token in {cluster.token_file} (Bearer token for the API)")
+        out.print(f"store {redact_url(cluster.store_url)}")
+        if redact_url(cluster.store_url) == cluster.store_url:  # nothing secret in it
+            here = store_url is None and Path(data_dir, "store.db").resolve() == (
+                LOCAL_STORE.resolve()
+            )
+            # Markup off: the line is printed as it is, to be pasted into a shell.
+            out.print(
+                f"export BATON_STORE={cluster.store_url}"
+                + ("   # commands run in this directory find it without" if here else ""),
+                markup=False,
+                soft_wrap=True,
+            )
+        out.print(f"cluster token in {cluster.token_file} (Bearer token for the API)")
         for node in cluster.nodes.values():
-            console.print(f"  {node.id}  {node.url}  log {cluster.data_dir / (node.id + '.log')}")
+            out.print(f"  {node.id}  {node.url}  log {cluster.data_dir / (node.id + '.log')}")
         shown = None
         while not stop:
             ctl = cluster.controller()
             if ctl != shown and ctl is not None:
-                console.print(f"controller: {ctl[0]} at epoch {ctl[1]}")
+                out.print(f"controller: {ctl[0]} at epoch {ctl[1]}")
                 shown = ctl
             for node in cluster.nodes.values():
                 if node.proc is not None and node.proc.popen.poll() is not None and not stop:
-                    console.print(f"[red]{node.id} exited[/] (see its log)")
+                    out.print(f"[red]{node.id} exited[/] (see its log)")
                     node.proc = None
             time.sleep(0.5)
     finally:
-        console.print("stopping every node...")
+        out.print("stopping every node...")
         cluster.stop()
 
 
@@ -226,7 +238,7 @@ def _print_nodes(rows: list[dict[str, Any]]) -> None:
             n["id"], f"[{colour}]{n['state']}[/]", n["address"], str(n["capacity"]), labels,
             n["version"],
         )  # fmt: skip
-    Console().print(table)
+    console().print(table)
 
 
 @cli.group()
@@ -291,7 +303,7 @@ def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
         table.add_column(col)
     for x in leases:
         table.add_row(x.name, x.holder, str(x.epoch), f"{x.expires_at - now:.1f}s", f"{x.ttl:g}s")
-    Console().print(table)
+    console().print(table)
 
 
 @cli.command()

@@ -7,10 +7,9 @@ import json
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
-from baton.cli.common import existing_store, need_store, run_async, store_option
+from baton.cli.common import console, existing_store, need_store, run_async, store_option
 from baton.errors import ConfigError
 from baton.keys import NODES
 from baton.placement.records import (
@@ -130,7 +129,7 @@ def object_list(store_url: str | None, as_json: bool) -> None:
             ",".join(f"{k}={v}" for k, v in o["selector"].items()),
             json.dumps(o["spec"]) if o["spec"] else "",
         )
-    Console().print(table)
+    console().print(table)
 
 
 @object_group.command("delete")
@@ -187,7 +186,7 @@ def placement(store_url: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(view, indent=2))
         return
-    console = Console()
+    out = console()
     types = sorted({t for per in view["per_node"].values() for t in per})
     table = Table("node", *types, "leaders", title="members per node and type")
     for node, per in view["per_node"].items():
@@ -195,7 +194,7 @@ def placement(store_url: str | None, as_json: bool) -> None:
         table.add_row(
             node + drained, *(str(per.get(t, 0)) for t in types), str(view["leaders"].get(node, 0))
         )
-    console.print(table)
+    out.print(table)
     groups = Table("group", "type", "leader", "term", "members", "state", title="groups")
     for g in view["groups"]:
         groups.add_row(
@@ -206,8 +205,8 @@ def placement(store_url: str | None, as_json: bool) -> None:
             ",".join(g["members"]),
             g["state"] + (f": {g['detail']}" if g["detail"] else ""),
         )
-    console.print(groups)
+    out.print(groups)
     if view["failures"]:
-        console.print(f"[bold red]{len(view['failures'])} group(s) in failure reconciliation")
+        out.print(f"[bold red]{len(view['failures'])} group(s) in failure reconciliation")
     if view["errors"]:
-        console.print(f"[bold red]{len(view['errors'])} group(s) with a member that cannot run")
+        out.print(f"[bold red]{len(view['errors'])} group(s) with a member that cannot run")

@@ -84,3 +84,40 @@ def test_up_refuses_bad_input(tmp_path: Path) -> None:
         )  # fmt: skip
         assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert not (tmp_path / "token").exists(), "bad input started something"
+
+
+def test_up_points_later_commands_at_its_store(tmp_path: Path) -> None:
+    """Issue 28: `baton up` prints the line that points later commands at its store, and a
+    command run in the same directory finds it without --store or BATON_STORE."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "BATON_STORE"}
+    out = tmp_path / "up.out"
+    with out.open("w") as f:
+        up = subprocess.Popen(
+            [BATON, "up", "--nodes", "1", "--ttl", "2"], cwd=tmp_path, env=env,
+            stdout=f, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "controller:" in out.read_text(), timeout=30, what="a controller")
+        export = next(x for x in out.read_text().splitlines() if x.startswith("export "))
+        url = export.split()[1].removeprefix("BATON_STORE=")
+        assert url == f"sqlite://{tmp_path / '.baton' / 'store.db'}"
+        here = subprocess.run(
+            [BATON, "status"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+        )
+        assert here.returncode == 0, here.stderr
+        assert "controller: n0" in here.stdout
+        elsewhere = subprocess.run(
+            [BATON, "nodes"], env={**env, "BATON_STORE": url}, cwd=tmp_path.parent,
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert "n0" in elsewhere.stdout, elsewhere.stderr
+        nowhere = subprocess.run(
+            [BATON, "status"], cwd=tmp_path.parent, env=env, capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
+        assert nowhere.returncode == 2 and "no store given" in nowhere.stderr
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(30)
