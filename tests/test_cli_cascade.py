@@ -54,11 +54,17 @@ def ok(res: subprocess.CompletedProcess[str]) -> str:
     return res.stdout
 
 
-def sql(path: Path, *statements: str) -> None:
+def sql(path: Path, *statements: str, by_hand: bool = False) -> None:
+    """``statements`` in one transaction; ``by_hand``: as an operator repairing a node that
+    does not capture (docs/cascade.md), past the guard that refuses direct writes there."""
     conn = sqlite3.connect(path)
     try:
+        if by_hand:
+            conn.execute("INSERT INTO baton_writer (w) VALUES (1)")
         for s in statements:
             conn.execute(s)
+        if by_hand:
+            conn.execute("DELETE FROM baton_writer")
         conn.commit()
     finally:
         conn.close()
@@ -283,9 +289,10 @@ def test_check_equal_then_different(cset: Set) -> None:
         sql(
             s.path(name),
             *(f"INSERT INTO accounts VALUES ({i}, {i * 10}, 'n{i}', {i}.5)" for i in ids),
+            by_hand=True,
         )
     assert "equal" in ok(run("check", "--node", "s4", "--table", "accounts", *s.via))
-    sql(s.path("s4"), "UPDATE accounts SET balance = 11 WHERE id = 1")
+    sql(s.path("s4"), "UPDATE accounts SET balance = 11 WHERE id = 1", by_hand=True)
     res = run("check", "--node", "s4", *s.via)
     assert res.returncode == 1 and res.stderr == ""
     # Both at the same tick: the difference is real (no "until it catches up" excuse).
@@ -298,7 +305,7 @@ def test_check_equal_then_different(cset: Set) -> None:
     }  # fmt: skip
     # A row only on the leaf is a different count.
     sql(s.path("s4"), "UPDATE accounts SET balance = 10 WHERE id = 1",
-        "INSERT INTO accounts VALUES (9, 9, 'x', 9.0)")  # fmt: skip
+        "INSERT INTO accounts VALUES (9, 9, 'x', 9.0)", by_hand=True)  # fmt: skip
     data = json.loads(run("check", "--node", "s4", "--json", *s.via).stdout)
     assert data["tables"]["accounts"]["rows"] == 4 and not data["equal"]
     assert run("check", "--node", "s3", *s.via).returncode == 1  # rows its provider s2 has not
@@ -310,6 +317,29 @@ def test_check_equal_then_different(cset: Set) -> None:
     node_ops.copy_table(f"sqlite://{s.dir}/s5.db", "accounts")  # s5's worker copies s3's 3 rows
     data = json.loads(ok(run("check", "--node", "s5", "--json", *s.via)))
     assert data["equal"] and data["tables"]["accounts"]["rows"] == 3
+
+
+def test_a_write_that_would_not_be_captured_is_refused(cset: Set) -> None:
+    """Issue 28, point 1 (invariant 8): at a branch or a leaf a direct write of a replicated
+    table is refused with the root's whereabouts; after a switchover that timed out (no worker
+    at the new root) the old root captures no more and refuses too, naming the new root. Before,
+    both writes were accepted, and the old root's was an acknowledged write never replicated."""
+    s = cset
+    for name in ("s2", "s4"):
+        with pytest.raises(sqlite3.IntegrityError, match=f"accounts at {name} .* is replicated"):
+            sql(s.path(name), "INSERT INTO accounts VALUES (7, 7, 'x', 7.0)")
+    sql(s.path("s1"), "INSERT INTO accounts VALUES (7, 7, 'x', 7.0)")  # the root captures it
+    res = run("switchover", "s2", "--timeout", "0.5", *s.via)
+    assert res.returncode != 0 and "run the same switchover again" in res.stderr, res.stderr
+    with pytest.raises(
+        sqlite3.IntegrityError, match="switchover to s2 is under way; write it at s2"
+    ):
+        sql(s.path("s1"), "INSERT INTO accounts VALUES (8, 8, 'lost', 8.0)")
+    with pytest.raises(sqlite3.IntegrityError, match="under way"):
+        sql(s.path("s1"), "DELETE FROM accounts")
+    # Nothing of the refused writes is there; the write made before the switch is.
+    with open_node_db(s.loc("s1")) as db:
+        assert db.read_rows("accounts") == [(7, 7, "x", 7.0)]
 
 
 # -- bad input -----------------------------------------------------------------------------------
@@ -450,8 +480,16 @@ def test_postgres_set(pg_locations: list[str]) -> None:
         one_line_error(res, needle)
         assert res.returncode == 2
     assert json.loads(ok(run("status", "--json", *via))) == data
-    with psycopg.connect(leaf) as conn:
+    # A direct write at the leaf is refused (it would make it differ from its provider for
+    # good); an operator repairing by hand says so in the transaction.
+    refused = pytest.raises(psycopg.errors.RaiseException, match="replicated, not written here")
+    with refused, psycopg.connect(leaf) as conn:
         conn.execute("INSERT INTO accounts VALUES (1, 1, 'only here', 0.5)")
+    with psycopg.connect(leaf) as conn:
+        conn.execute("SET LOCAL baton.writer = 'on'")
+        conn.execute("INSERT INTO accounts VALUES (1, 1, 'only here', 0.5)")
+    with psycopg.connect(root) as conn:  # the root captures it: allowed
+        conn.execute("INSERT INTO accounts VALUES (2, 2, 'at the root', 0.5)")
     res = run("check", "--node", "p2", *via)
     assert res.returncode == 1 and "different" in res.stdout
     gone = root.rsplit("/", 1)[0] + "/no_such_database"

@@ -215,6 +215,7 @@ def add_table(location: str, table: str) -> str:
         cols, pk = table_shape(db, table, st.name)
         if st.role is Role.ROOT:
             with db.transaction() as cur:
+                db.guard(cur, table, False)
                 db.capture(cur, table, True)
                 db.set_table(cur, table, "ok")
             return "ok"

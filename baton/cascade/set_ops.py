@@ -533,25 +533,29 @@ def _promote(db: NodeDB) -> int:
     fork = last.tick_id if last else 0
     with db.transaction() as cur:
         db.bump_event_ids(cur, last.ev_high if last else 0)
+        # The root first: the tables below are captured here from now on, not guarded.
+        db.set_local(cur, "role", Role.ROOT.value)
         for table, state in db.tables().items():
             if state in ("ok", "catching-up"):
+                db.guard(cur, table, False)
                 db.capture(cur, table, True)
                 db.set_table(cur, table, "ok", 0)
             # A root applies no batch: nothing of a copy's is left to skip.
             db.set_reflected(cur, table, 0, ())
-        db.set_local(cur, "role", Role.ROOT.value)
         db.set_local(cur, "provider", None)
         db.set_local(cur, "root_since", str(fork))
         db.set_local(cur, "position", str(fork))
     return fork
 
 
-def _demote(db: NodeDB, provider: str, position: int) -> None:
+def _demote(db: NodeDB, provider: str, position: int, root: str | None = None) -> None:
     with db.transaction() as cur:
         for table in db.tables():
             db.capture(cur, table, False)
         db.set_local(cur, "role", Role.BRANCH.value)
         db.set_local(cur, "provider", provider)
+        for table in db.tables():
+            db.guard(cur, table, True, db.guard_message(table, root or provider))
         db.set_local(cur, "position", str(position))
 
 
@@ -581,6 +585,12 @@ def switchover(
             with rdb.transaction() as cur:
                 for table in rdb.tables():
                     rdb.capture(cur, table, False)
+                    # Not captured from here on: a write here would be lost (issue 28).
+                    rdb.guard(
+                        cur, table, True,
+                        f"baton: {table} at {root} is no longer captured: a switchover to "
+                        f"{new_root} is under way; write it at {new_root}",
+                    )  # fmt: skip
                 tick = rdb.make_tick(cur)
                 assert tick is not None
                 rdb.set_local(cur, "switch_tick", str(tick.tick_id))
@@ -805,6 +815,7 @@ def resurrect(c: CascadeSet, old_root: str, out: Path) -> int:
         with db.transaction() as cur:
             for table in db.tables():
                 db.capture(cur, table, False)
+                db.guard(cur, table, True, db.guard_message(table, new_root))
         # The old root's own watermark events are bookkeeping, not changes: nothing is lost
         # with them (the set's watermark moves on without them).
         lost = [e for e in db.events_after(fork) if e.type != WATERMARK]

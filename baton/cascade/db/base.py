@@ -425,7 +425,12 @@ class NodeDB(abc.ABC):
         if state is None:
             cur.execute(self._sql("DELETE FROM baton_table WHERE name = ?"), (table,))
             self.set_reflected(cur, table, 0, ())
+            if self.get_local("role") != Role.ROOT.value:
+                self.guard(cur, table, False)
         else:
+            if self.get_local("role") != Role.ROOT.value:
+                # Replicated here, captured elsewhere: direct writes are refused (invariant 8).
+                self.guard(cur, table, True, self.guard_message(table))
             cur.execute(
                 self._sql(
                     "INSERT INTO baton_table (name, state, tick) VALUES (?, ?, ?) ON CONFLICT "
@@ -503,6 +508,29 @@ class NodeDB(abc.ABC):
     def capture(self, cur: Any, table: str, on: bool) -> None:
         """Root: install (or drop) the triggers that write ``table``'s row changes as events
         in the same transaction as the change."""
+
+    @abc.abstractmethod
+    def guard(self, cur: Any, table: str, on: bool, message: str = "") -> None:
+        """Install (or drop) the triggers that refuse a direct ``INSERT``, ``UPDATE`` or
+        ``DELETE`` of ``table`` with ``message`` at a node that does not capture it (a branch,
+        a leaf, an old root): such a write would never reach the queue (invariant 8). Writes
+        made in :meth:`transaction` (the apply path, the copy, ``execute``) pass; so does an
+        operator's who says so in the transaction (docs/cascade.md, "Writing at a node that
+        does not capture")."""
+
+    def guard_message(self, table: str, root: str | None = None) -> str:
+        """What a refused write says: where it was made and where to write instead."""
+        st = self.state()
+        where = (
+            f"write it at the root, {root}"
+            if root
+            else f"write it at the set's root (this node is fed by {st.provider or 'none'}; "
+            f"'baton cascade status --via {st.name}' shows the root)"
+        )
+        return (
+            f"baton: {table} at {st.name} ({st.role.value} of set {st.set_name}) is "
+            f"replicated, not written here: {where}"
+        )
 
     @abc.abstractmethod
     def upsert(

@@ -325,6 +325,21 @@ def _forget_pool_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
+#: The guard triggers' function: a direct write of a replicated table at a node that does not
+#: capture it is refused, unless the transaction is baton's own or an operator's who said so
+#: (``SET LOCAL baton.writer = 'on'``). Statement-level: one check per statement.
+_GUARD_FN = """
+CREATE OR REPLACE FUNCTION {schema}.baton_deny() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('baton.writer', true) IS DISTINCT FROM 'on' THEN
+        RAISE EXCEPTION USING MESSAGE = TG_ARGV[0];
+    END IF;
+    RETURN NULL;
+END
+$$
+"""
+
+
 class PostgresNodeDB(NodeDB):
     """A node database in PostgreSQL (``postgresql://user[:password]@host[:port]/db``), in the
     connection's default schema. See the module docstring for how batches are cut."""
@@ -464,6 +479,9 @@ class PostgresNodeDB(NodeDB):
             self.conn.cursor() as cur,
         ):
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
+            # baton's own write (the apply path, the copy, execute, the operations): the
+            # guard triggers of a node that does not capture a table let it through.
+            cur.execute("SELECT set_config('baton.writer', 'on', true)")
             yield cur
 
     @contextlib.contextmanager
@@ -774,6 +792,30 @@ class PostgresNodeDB(NodeDB):
             ).format(t, sql.Identifier(self.schema), sql.SQL(", ").join(map(sql.Literal, pk)))
         )
 
+    def guard(self, cur: Any, table: str, on: bool, message: str = "") -> None:
+        self.columns(table)  # a table that is not there says so
+        t = _name(table)
+        schema = sql.Identifier(self.schema)
+        if on:
+            have = self._one(
+                "SELECT t.tgargs FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+                "WHERE t.tgname = 'baton_deny' AND c.relname = %s "
+                "AND c.relnamespace = current_schema()::regnamespace",
+                (table,),
+            )
+            if have is not None and bytes(have[0]).rstrip(b"\x00").decode() == message:
+                return  # already so
+        cur.execute(sql.SQL("DROP TRIGGER IF EXISTS baton_deny ON {}").format(t))
+        if not on:
+            return
+        cur.execute(sql.SQL(_GUARD_FN).format(schema=schema))
+        cur.execute(
+            sql.SQL(
+                "CREATE TRIGGER baton_deny BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON {} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION {}.baton_deny({})"
+            ).format(t, schema, sql.Literal(message))
+        )
+
     def _unnest(
         self,
         table: str,
@@ -949,7 +991,8 @@ class PostgresNodeDB(NodeDB):
             "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
             "WHERE NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
             "AND c.relnamespace = current_schema()::regnamespace "
-            "AND t.tgname <> 'baton_capture' AND left(c.relname, 6) <> 'baton_' "
+            "AND t.tgname NOT IN ('baton_capture', 'baton_deny') "
+            "AND left(c.relname, 6) <> 'baton_' "
             "ORDER BY c.relname, t.tgname"
         )
         return [(r[0], r[1]) for r in rows]

@@ -32,6 +32,11 @@ from baton.store import sqlite_path
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
+#: Where baton's own write transactions say so for the guard triggers (see
+#: :meth:`SQLiteNodeDB.transaction`); an operator repairing by hand inserts a row in their
+#: transaction too (docs/cascade.md).
+WRITER_TABLE = "CREATE TABLE IF NOT EXISTS baton_writer (w INTEGER)"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS baton_event (
     ev_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -122,6 +127,7 @@ class SQLiteNodeDB(NodeDB):
         except ConfigError as exc:
             raise CascadeInputError(str(exc)) from None
         self.path = Path(path)
+        self._writer_ready = False
         if existing and not readonly and not self.path.is_file():
             # A Spark task on a host that does not see the file: opening it would make a new
             # empty database there and apply nothing where the node really is.
@@ -159,11 +165,20 @@ class SQLiteNodeDB(NodeDB):
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Cursor]:
+        """A write transaction of baton's own (the apply path, the copy, ``execute``, the
+        operations): it says so in ``baton_writer``, which the guard triggers of a node that
+        does not capture a table look for (SQLite has one writer at a time, and no other
+        connection sees the row, which is gone again before the commit)."""
         cur = self.conn.cursor()
         with self._translated("cannot write"):
             cur.execute("BEGIN IMMEDIATE")
+            if not self._writer_ready:  # a database made before the table existed
+                cur.execute(WRITER_TABLE)
+                self._writer_ready = True
+            cur.execute("INSERT INTO baton_writer (w) VALUES (1)")
         try:
             yield cur
+            cur.execute("DELETE FROM baton_writer")
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
                 cur.execute("ROLLBACK")
@@ -429,6 +444,32 @@ class SQLiteNodeDB(NodeDB):
                 f"VALUES ({_NOW}, '{type_}', '{table}', {obj(ref, pk)}, {data}); END"
             )
 
+    def guard(self, cur: Any, table: str, on: bool, message: str = "") -> None:
+        self.columns(table)  # a table that is not there says so
+        t = ident(table)
+        literal = "'" + message.replace("'", "''") + "'"
+        ops = (("ins", "INSERT"), ("upd", "UPDATE"), ("del", "DELETE"))
+        if on:
+            have = {
+                name: text
+                for name, text in self._rows(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?",
+                    (table,),
+                )
+            }
+            if all(literal in (have.get(f"baton_deny_{table}_{op}") or "") for op, _ in ops):
+                return  # already so: no schema change (other connections would re-prepare)
+        for op, _ in ops:
+            cur.execute(f"DROP TRIGGER IF EXISTS {ident(f'baton_deny_{table}_{op}')}")
+        if not on:
+            return
+        for op, when in ops:
+            cur.execute(
+                f"CREATE TRIGGER {ident(f'baton_deny_{table}_{op}')} BEFORE {when} ON {t} "
+                "WHEN NOT EXISTS (SELECT 1 FROM baton_writer) "
+                f"BEGIN SELECT RAISE(ABORT, {literal}); END"
+            )
+
     def upsert(
         self, cur: Any, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
     ) -> None:
@@ -526,6 +567,7 @@ class SQLiteNodeDB(NodeDB):
     def user_triggers(self) -> list[tuple[str, str]]:
         rows = self._rows(
             "SELECT tbl_name, name FROM sqlite_master WHERE type = 'trigger' "
-            "AND name NOT LIKE 'baton\\_cap\\_%' ESCAPE '\\' ORDER BY tbl_name, name"
+            "AND name NOT LIKE 'baton\\_cap\\_%' ESCAPE '\\' "
+            "AND name NOT LIKE 'baton\\_deny\\_%' ESCAPE '\\' ORDER BY tbl_name, name"
         )
         return [(r[0], r[1]) for r in rows]
