@@ -568,7 +568,8 @@ def switchover(
     """Planned: ``new_root`` (a branch) becomes the root and the old root its branch, with no
     event lost or applied twice. The old root stops capturing and makes a last tick in one
     transaction; once ``new_root`` has applied that tick it is promoted. Writers must move to the
-    new root: changes written to the old root after the switch are not captured. Returns the
+    new root: the old root refuses direct writes from the switch on (they would not be
+    captured). Returns the
     switch tick. ``wait(condition, timeout)`` waits for ``new_root`` to apply the switch tick;
     when it raises :class:`NotFinished` (as :func:`poll` does), so does this, saying what to do
     (the old root no longer captures: run it again)."""

@@ -386,7 +386,7 @@ def switchover(new_root: str, timeout: float, via: str | None) -> None:
         click.echo(f"{new_root} is already the root (since tick {r.tick})")
     else:
         click.echo(f"{new_root} is the root from tick {r.tick}; {r.old_root} is its branch")
-        click.echo(f"move writers to {new_root}: changes written to {r.old_root} are not captured")
+        click.echo(f"move writers to {new_root}: {r.old_root} refuses writes from now on")
 
 
 @cascade.command("failover")
