@@ -337,6 +337,12 @@ def test_a_write_that_would_not_be_captured_is_refused(cset: Set) -> None:
         sql(s.path("s1"), "INSERT INTO accounts VALUES (8, 8, 'lost', 8.0)")
     with pytest.raises(sqlite3.IntegrityError, match="under way"):
         sql(s.path("s1"), "DELETE FROM accounts")
+    # The switch under way is a state of the set, and says how to finish it.
+    shown = ok(run("status", *s.via))
+    assert "s1 is switching to s2 since tick 2" in shown and "run the same switchover" in shown
+    root = by_name(status(s))["s1"]
+    assert (root["switching_to"], root["switch_tick"]) == ("s2", 2)
+    assert root["tick_time"] is not None  # when its last tick was made: is a ticker running?
     # Nothing of the refused writes is there; the write made before the switch is.
     with open_node_db(s.loc("s1")) as db:
         assert db.read_rows("accounts") == [(7, 7, "x", 7.0)]

@@ -403,6 +403,13 @@ class Member:
     merges: dict[str, str] = field(default_factory=dict)
     #: A merge-leaf: the combined set it feeds.
     combined: str | None = None
+    #: When the tick at ``position`` was made (the root's clock; None: not known): a root's
+    #: last tick long ago says its ticker is not running, a member's, with lag, its worker.
+    tick_time: float | None = None
+    #: The root, while a switchover is under way: the branch it switches to, and the switch
+    #: tick (the root captures nothing from then on; the same switchover finishes it).
+    switching_to: str | None = None
+    switch_tick: int | None = None
 
 
 def members(c: CascadeSet) -> list[Member]:
@@ -426,18 +433,24 @@ def members(c: CascadeSet) -> list[Member]:
                 st = db.state()
                 tables = db.tables()
                 merges = db.merge_leaves() if st.role.carries_queue else {}
+                switch = db.get_local("switch_tick") if st.role is Role.ROOT else None
+                switch_to = db.get_local("switch_to") if switch is not None else None
         except (CascadeError, OSError):
             out.append(Member(name, loc, "?", None, 0, None, None, False, dead, False, {}))
             continue
         position = root_last.tick_id if st.role is Role.ROOT and root_last else st.position
         lag_t = lag_s = None
+        tick_time = None
         if root_last is not None:
             lag_t = max(0, root_last.tick_id - position)
             lag_s = 0.0
-            if lag_t and root_db_loc is not None:
+            if root_db_loc is not None:
                 with open_node_db(root_db_loc) as rdb:
-                    at = rdb.get_tick(position + 1)
-                lag_s = round(time.time() - at.time, 3) if at else None
+                    at = rdb.get_tick(position + 1) if lag_t else None
+                    mine = rdb.get_tick(position)
+                if lag_t:
+                    lag_s = round(time.time() - at.time, 3) if at else None
+                tick_time = None if mine is None else round(mine.time, 3)
         out.append(
             Member(
                 name,
@@ -453,6 +466,9 @@ def members(c: CascadeSet) -> list[Member]:
                 tables,
                 merges=merges,
                 combined=st.combined,
+                tick_time=tick_time,
+                switching_to=switch_to,
+                switch_tick=None if switch is None else int(switch),
             )
         )
     return out
@@ -595,6 +611,7 @@ def switchover(
                 tick = rdb.make_tick(cur)
                 assert tick is not None
                 rdb.set_local(cur, "switch_tick", str(tick.tick_id))
+                rdb.set_local(cur, "switch_to", new_root)
             last_t = str(tick.tick_id)
     switch = int(last_t)
 
@@ -632,6 +649,7 @@ def switchover(
         _demote(rdb, new_root, switch)
         with rdb.transaction() as cur:
             rdb.set_local(cur, "switch_tick", None)
+            rdb.set_local(cur, "switch_to", None)
     with c.db(new_root) as ndb, ndb.transaction() as cur:
         # The new root pulls the old root's real mark from now on; until then, hold the queue
         # down to what the old root's subtree needed.
@@ -845,6 +863,7 @@ def resurrect(c: CascadeSet, old_root: str, out: Path) -> int:
             with db.transaction() as cur:
                 db.discard_after(cur, fork)
                 db.set_local(cur, "switch_tick", None)
+                db.set_local(cur, "switch_to", None)
                 # Undo what the lost events did: those keys get the set's current rows (the
                 # catch-up from the fork then replays the set's own changes to them in order).
                 for table, (cols, pk, keys, rows) in fresh.items():
@@ -876,6 +895,7 @@ def _rejoin_by_copy(db: NodeDB, root: NodeDB, root_name: str) -> None:
         db.discard_after(cur, 0)
         db.copy_batch(cur, [], [base])
         db.set_local(cur, "switch_tick", None)
+        db.set_local(cur, "switch_to", None)
         for table, copy in copies.items():
             _, pk = db.columns(table)
             old = db.read_rows(table)

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -440,18 +441,29 @@ def _role_text(m: set_ops.Member) -> str:
     return m.role
 
 
+def _age(when: float | None) -> str:
+    """How long ago ``when`` was, for a person: the tick a node is at, made N s ago."""
+    if when is None:
+        return "-"
+    seconds = max(0.0, time.time() - when)
+    return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+
+
 def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
     out = Table(title=title)
-    for col in ("name", "role", "provider", "tick", "lag", "lag s", "paused", "state"):
+    for col in ("name", "role", "provider", "tick", "made", "lag", "lag s", "paused", "state"):
         out.add_column(col, overflow="fold")
     out.add_column("tables", overflow="fold")  # folded, not cut: every table name is shown
     for m in members:
         state = ", ".join(w for w, on in (("dead", m.dead), ("unreachable", not m.reachable)) if on)
+        if m.switching_to is not None:
+            state = f"switching to {m.switching_to} since tick {m.switch_tick}"
         out.add_row(
             m.name,
             _role_text(m),
             m.provider or "-",
             str(m.position),
+            _age(m.tick_time),
             "-" if m.lag_ticks is None else str(m.lag_ticks),
             "-" if m.lag_seconds is None else f"{m.lag_seconds:g}",
             "yes" if m.paused else "no",
@@ -474,6 +486,12 @@ def status(via: str | None, as_json: bool) -> None:
     watermark = "-" if r.global_watermark is None else r.global_watermark
     click.echo(f"set {r.set_name}: root {r.root or 'none (use failover)'}, global watermark "
                f"{watermark}")  # fmt: skip
+    for m in r.members:
+        if m.switching_to is not None:
+            click.echo(
+                f"{m.name} is switching to {m.switching_to} since tick {m.switch_tick}: it "
+                "captures nothing now; run the same switchover again to finish it"
+            )
     _print_members(r.members, f"members of {r.set_name}")
 
 
