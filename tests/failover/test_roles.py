@@ -34,14 +34,6 @@ def group(tmp_path: Path) -> Iterator[RedisGroup]:
         yield g
 
 
-@pytest.fixture
-def procs() -> Iterator[list[ClientRole | ServerRole]]:
-    started: list[ClientRole | ServerRole] = []
-    yield started
-    for p in started:
-        p.proc.stop()
-
-
 def _settled(group: RedisGroup, clients: list[ClientRole]) -> bool:
     """One master among the servers that answer, every replica following it, every client's
     file naming it."""

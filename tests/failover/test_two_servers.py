@@ -4,10 +4,7 @@ middle (issue 27), with real Redis servers and real ``baton redis-failover`` pro
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from baton.store.master_file import Address
 from baton.testing import wait_for
@@ -22,14 +19,6 @@ from baton.testing.failover import (
     failover_server,
 )
 from baton.testing.processes import Proc
-
-
-@pytest.fixture
-def procs() -> Iterator[list[ClientRole | ServerRole]]:
-    started: list[ClientRole | ServerRole] = []
-    yield started
-    for p in started:
-        p.proc.stop()
 
 
 def _one_master_in_every_file(clients: list[ClientRole], old: Address) -> bool:
