@@ -422,13 +422,17 @@ class NodeDB(abc.ABC):
     def set_table(self, cur: Any, table: str, state: str | None, tick: int = 0) -> None:
         """Set ``table``'s state and copy tick; state None: no longer replicated (its
         :meth:`reflected` entry goes with it)."""
+        role = self.get_local("role")
+        # A node that does not capture (not a root; a database that is no node yet has no
+        # role, and no guard either).
+        guarded = role is not None and role != Role.ROOT.value
         if state is None:
             cur.execute(self._sql("DELETE FROM baton_table WHERE name = ?"), (table,))
             self.set_reflected(cur, table, 0, ())
-            if self.get_local("role") != Role.ROOT.value:
+            if guarded:
                 self.guard(cur, table, False)
         else:
-            if self.get_local("role") != Role.ROOT.value:
+            if guarded:
                 # Replicated here, captured elsewhere: direct writes are refused (invariant 8).
                 self.guard(cur, table, True, self.guard_message(table))
             cur.execute(
@@ -520,7 +524,10 @@ class NodeDB(abc.ABC):
 
     def guard_message(self, table: str, root: str | None = None) -> str:
         """What a refused write says: where it was made and where to write instead."""
-        st = self.state()
+        try:
+            st = self.state()
+        except NotANode:
+            return f"baton: {table} is replicated here, not written: write it at the set's root"
         where = (
             f"write it at the root, {root}"
             if root
