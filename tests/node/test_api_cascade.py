@@ -178,7 +178,9 @@ async def test_build_and_operate_a_set(agent: NodeAgent, cset: Set) -> None:
         assert status["members"] == await call(c, "GET", "members", {"via": via})
         for m in status["members"]:
             assert set(m) == {"name", "location", "role", "provider", "position", "lag_ticks",
-                              "lag_seconds", "paused", "dead", "reachable", "tables"}  # fmt: skip
+                              "lag_seconds", "paused", "dead", "reachable", "tables",
+                              "tick_time", "switching_to", "switch_tick"}  # fmt: skip
+            assert m["switching_to"] is None and m["switch_tick"] is None
             assert (m["lag_ticks"], m["lag_seconds"]) == (0, 0.0), m
         assert {m["name"]: (m["role"], m["provider"]) for m in status["members"]} == {
             "s1": ("root", None), "s2": ("branch", "s1"), "s3": ("branch", "s1"),
