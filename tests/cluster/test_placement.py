@@ -5,6 +5,7 @@ false-positive guard under a real (nftables) partition."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from baton.keys import GROUPS, OBJECTS
+from baton.keys import GROUPS, NODES, OBJECTS
 from baton.placement.records import (
     ObjectSpec,
     create_object,
@@ -47,6 +48,16 @@ async def _create(url: str, objects: list[tuple[str, str, int]]) -> None:
         for type_, name, replicas in objects:
             obj = make_object(type_, name, 1, replicas, spec={"interval": 0.5})
             await create_object(store, obj)
+
+
+async def _types(url: str, node: str) -> list[str]:
+    """The workload types ``node``'s published record says it runs."""
+    async with open_store(url) as store:
+        rec = await store.get(NODES + node)
+    if rec is None:
+        return []
+    types = json.loads(rec.value).get("types", [])
+    return [str(t) for t in types]
 
 
 async def _drain(url: str, node: str, on: bool) -> None:
