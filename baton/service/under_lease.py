@@ -133,7 +133,11 @@ async def run_node(
                 try:
                     await leading
                 except (LeaseLost, asyncio.CancelledError) as exc:
-                    log.warning("cascade node service stopped", extra={"reason": describe(exc)})
+                    if stop.is_set() and isinstance(exc, asyncio.CancelledError):
+                        # Asked to stop (SIGTERM, Ctrl-C): the normal end, not a warning.
+                        log.info("cascade node service stopped", extra={"reason": "asked to stop"})
+                    else:
+                        log.warning("cascade node service stopped", extra={"reason": describe(exc)})
                 except FencedOut as exc:
                     # A newer epoch applied to the node: someone else serves it. Give the lease
                     # up and campaign again (after a pause, not to take it straight back).

@@ -83,5 +83,11 @@ def test_root_service_waits_for_its_database(tmp_path: Path) -> None:
             )
             assert proc.popen.poll() is None
             assert not any("Traceback" in x for x in proc.lines()), proc.out.read_text()
+            # A clean SIGTERM is the normal end: no warning (it said reason=CancelledError).
+            proc.popen.terminate()
+            assert proc.popen.wait(30) == 0, proc.out.read_text()
+            ended = [x for x in proc.lines() if "cascade node service stopped" in x]
+            assert ended and all("level=info" in x for x in ended), ended
+            assert not any("CancelledError" in x for x in proc.lines()), proc.out.read_text()
         finally:
             proc.stop()
