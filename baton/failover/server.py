@@ -490,12 +490,16 @@ class ConfigurationServer:
             return
         outlook = round_outlook(reports, token, self.quiet_limit)
         if outlook is RoundOutlook.ABANDONED:
-            waiting = [r for r in replies if r.report and r.report.state.invalidated_in]
+            waiting = {
+                r.client: r.report.state.invalidated_in
+                for r in replies
+                if r.report is not None and r.report.state.invalidated_in is not None
+            }
             log.warning(
                 "clients wait for a round whose server went quiet: taking it over",
                 extra={
-                    "round": str(max(r.report.state.invalidated_in for r in waiting if r.report)),  # type: ignore[type-var]
-                    "clients": ",".join(r.client for r in waiting),
+                    "round": str(max(waiting.values())),
+                    "clients": ",".join(waiting),
                     "master": str(master),
                 },
             )
