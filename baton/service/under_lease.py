@@ -122,6 +122,9 @@ async def run_node(
         lease = cascade_lease(set_name, name)
         election = Election(store, lease, holder, Timings.for_ttl(ttl))
         await election.start()
+        # Ready to serve within a lease's time: a standby says so once (it says nothing more
+        # until it takes the node over).
+        log.info("campaigning for the node's lease", extra={"lease": lease, "holder": holder})
         try:
             while not stop.is_set():
                 waiting = asyncio.ensure_future(stop.wait())

@@ -164,6 +164,13 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
         # Fenced: a standby for s2 takes over while s2's service is frozen past its lease; the
         # old one, thawed, finds a newer epoch applied and stops with one line, no trace.
         standby = procs["s2b"] = service("s2", "s2b")
+        # Frozen once the standby's JVM is up (seconds, more on a loaded machine): the wait
+        # below is then the lease's time and the worker's start.
+        wait_for(
+            lambda: any("campaigning for the node's lease" in x for x in standby.lines()),
+            timeout=180,
+            what="the standby's Spark to start",
+        )
         os.killpg(procs["s2"].popen.pid, signal.SIGSTOP)
         try:
             wait_for(

@@ -319,6 +319,11 @@ def test_types_only_where_they_run(tmp_path: Path) -> None:
         c.node("n0").env["BATON_WORKLOADS"] = "gauge=baton.placement.workload:Counter"
         c.restart("n0")
         c.wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=30)
+        # Leaderships are chosen when a group is placed and never rebalanced afterwards: were
+        # the objects created before n0's restarted record lists gauge, the counter's group
+        # alone would be placed first and led by n0 (fewest leaderships, then node id), and
+        # n0 would later lead the gauge's group as well.
+        c.wait_for(lambda: "gauge" in run(_types(c.store_url, "n0")), timeout=30)
         run(_create(c.store_url, [("gauge", "gg", 1), ("counter", "cc", 3)]))
         view = c.wait_for(lambda: settled(c, 2), timeout=60)
         per = {g["group"]: g["members"] for g in view["groups"]}

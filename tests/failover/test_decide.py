@@ -81,8 +81,13 @@ def test_a_client_only_ever_writes_a_master_for_the_round_it_invalidated_in(
             d = on_reconfigure(state, token, master, current)
         if d.write and d.master is not None:
             assert current is None or current == d.master
-            assert state.invalidated_in in (None, token)
-            assert state.highest is None or token >= state.highest
+            if state.invalidated_in is not None:
+                # Only its own round's reconfigure, even after a newer round pinged it: that
+                # round must then ping again before it can invalidate here.
+                assert token == state.invalidated_in
+                assert d.state.pinged_in is None
+            else:
+                assert state.highest is None or token >= state.highest
         if d.write:
             current = d.master
         state = d.state
@@ -166,3 +171,17 @@ def test_a_round_is_taken_over_only_once_every_waiting_client_has_heard_nothing_
     assert round_outlook([fresh], t2, 1.0) is RoundOutlook.ABANDONED
     assert on_hold(waiting, t2).answer == Answer.HELD
     assert on_hold(waiting, t1).answer == Answer.STALE
+
+
+def test_a_round_that_pinged_a_waiting_client_must_ping_again_after_its_reconfigure() -> None:
+    """A client invalidated in round s1 answers a newer round's ping (s2's, say, taking over a
+    round it thought dead), then s1's reconfigure arrives: it is applied (the client's master
+    moves only by the round it invalidated in), and s2's invalidate is refused, so s2 cannot
+    empty a file whose round it did not see through."""
+    t1, t2 = Token(2, "s1"), Token(2, "s2")
+    state = on_invalidate(on_ping(ClientState(), t1, False).state, t1, False).state
+    state = on_ping(state, t2, old_answers=False).state
+    d = on_reconfigure(state, t1, R1, None)
+    assert d.answer == Answer.RECONFIGURED and d.write and d.master == R1
+    assert (d.state.pinged_in, d.state.confirmed) == (None, t1)
+    assert on_invalidate(d.state, t2, old_answers=False).answer == Answer.REFUSED
