@@ -23,9 +23,11 @@ import psycopg
 import pytest
 
 from baton.cascade import node_ops, set_ops
+from baton.cascade.beat import Phase
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.testing import free_port
+from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
 from tests.test_cli import BATON, one_line_error
 
@@ -329,7 +331,10 @@ def test_a_write_that_would_not_be_captured_is_refused(cset: Set) -> None:
         with pytest.raises(sqlite3.IntegrityError, match=f"accounts at {name} .* is replicated"):
             sql(s.path(name), "INSERT INTO accounts VALUES (7, 7, 'x', 7.0)")
     sql(s.path("s1"), "INSERT INTO accounts VALUES (7, 7, 'x', 7.0)")  # the root captures it
-    res = run("switchover", "s2", "--timeout", "0.5", *s.via)
+    # s2's worker says it applies but applies nothing (wedged): the switch begins, then times
+    # out.
+    with served(s.loc("s2")):
+        res = run("switchover", "s2", "--timeout", "0.5", *s.via)
     assert res.returncode != 0 and "run the same switchover again" in res.stderr, res.stderr
     with pytest.raises(
         sqlite3.IntegrityError, match="switchover to s2 is under way; write it at s2"
@@ -346,6 +351,70 @@ def test_a_write_that_would_not_be_captured_is_refused(cset: Set) -> None:
     # Nothing of the refused writes is there; the write made before the switch is.
     with open_node_db(s.loc("s1")) as db:
         assert db.read_rows("accounts") == [(7, 7, "x", 7.0)]
+    # Run again now that s2's worker is stopped: refused at once, saying what to start and
+    # that the switch is still under way (s1 refuses writes until it finishes).
+    res = run("switchover", "s2", "--timeout", "0.5", *s.via)
+    line = refused(res)
+    assert "s2's worker is not running, last seen" in line and "still under way" in line, line
+
+
+def refused(res: subprocess.CompletedProcess[str]) -> str:
+    """The one line of a command that refused (checked as :func:`one_line_error` does)."""
+    one_line_error(res)
+    return res.stderr.strip()
+
+
+def test_a_switchover_that_could_not_finish_changes_nothing(cset: Set) -> None:
+    """Issue 28, point 1: the switchover checks its target before it changes anything. With
+    no worker at s2, a worker still starting Spark or waiting on an error, or s2 too far
+    behind, it refuses in one line saying what to do; the root still captures and takes
+    writes. ``--dry-run`` prints the steps and changes nothing either."""
+    s = cset
+
+    def unchanged() -> None:
+        root = by_name(status(s))["s1"]
+        assert root["role"] == "root" and root["switching_to"] is None
+        sql(s.path("s1"), "UPDATE accounts SET balance = balance + 1")  # still captured
+
+    res = run("switchover", "s2", *s.via)
+    line = refused(res)
+    assert "s2's worker is not running: start `baton cascade run" in line, line
+    assert s.loc("s2") in line and "nothing was changed" in line
+    unchanged()
+    shown = ok(run("status", *s.via))
+    assert "not running: s1, s2, s3, s4" in shown, shown
+    for phase, error, said in [
+        (Phase.STARTING, "", "starting Spark"),
+        (Phase.WAITING, "s1 is unreachable", "s1 is unreachable"),
+    ]:
+        with served(s.loc("s2"), phase=phase, error=error):
+            line = refused(run("switchover", "s2", *s.via))
+            assert f"s2's worker is not applying yet ({said})" in line, line
+            member = by_name(status(s))["s2"]["service"]
+            assert (member["state"], member["phase"], member["epoch"]) == (
+                "running",
+                phase.value,
+                1,
+            )
+        unchanged()
+    assert by_name(status(s))["s2"]["service"]["state"] == "stopped"
+    with served(s.loc("s2")):
+        shown = ok(run("status", *s.via))
+        assert re.search(r"running on \S+:\d+ at\s+epoch 1", shown), shown
+        with open_node_db(s.loc("s1")) as db:  # the root ticks twice (s2 applies nothing)
+            for _ in range(2):
+                with db.transaction() as cur:
+                    db.make_tick(cur)
+        lag = by_name(status(s))["s2"]["lag_ticks"]
+        assert lag >= 2
+        line = refused(run("switchover", "s2", "--max-behind", str(lag - 1), *s.via))
+        assert f"s2 is {lag} ticks behind s1 (at most {lag - 1})" in line, line
+        assert "--max-behind" in line
+        unchanged()
+        plan = ok(run("switchover", "s2", "--dry-run", *s.via))
+        assert "checked: s2's worker applies on" in plan and f"{lag} tick(s) behind s1" in plan
+        assert "1. s1 stops capturing accounts" in plan and "nothing was changed" in plan
+        unchanged()
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any, Literal
 
 from baton.cascade import ddl, node_ops, node_replace, schema_check, seqs, set_ops
+from baton.cascade.beat import ServiceState
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
+from baton.cascade.set_ops import SwitchPlan
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -42,6 +45,8 @@ from baton.store import sqlite_path, sqlite_url
 
 #: How often a switchover checks whether the new root has applied the switch tick.
 POLL = set_ops.POLL
+#: How many ticks a switchover's target may be behind the root, unless told otherwise.
+MAX_BEHIND = set_ops.MAX_BEHIND
 
 #: A node or set name, as :func:`baton.cascade.node_ops.check_name` accepts it.
 NAME_PATTERN = node_ops.NAME_PATTERN
@@ -443,18 +448,39 @@ class Switched:
     already: bool
 
 
-def switchover(via: str, new_root: str, timeout: float = 60.0) -> Switched:
+def switchover(
+    via: str, new_root: str, timeout: float = 60.0, max_behind: int = MAX_BEHIND
+) -> Switched:
     """Planned: the branch ``new_root`` becomes the root, the old root its branch (nothing
-    lost). Waits up to ``timeout`` seconds for ``new_root``'s worker to apply the switch tick;
-    raises :class:`NotFinished` if it did not (the old root no longer captures: run it again)."""
+    lost). Refused, changing nothing, unless ``new_root``'s worker runs, applies and is at most
+    ``max_behind`` ticks behind (:func:`switch_plan`). Waits up to ``timeout`` seconds for it to
+    apply the switch tick; raises :class:`NotFinished` if it did not (the old root no longer
+    captures: run it again)."""
     if not timeout > 0:
         raise CascadeInputError(f"bad timeout {timeout!r}: give a number of seconds above 0")
-    c = open_set(via)
-    _known(c, new_root)  # unknown names first, with the known ones
+    c = _switch_set(via, new_root, max_behind)
     old = set_ops.live_root(c)
     with set_ops.refusing():
-        tick = set_ops.switchover(c, new_root, timeout=timeout)
+        tick = set_ops.switchover(c, new_root, timeout=timeout, max_behind=max_behind)
     return Switched(new_root, old, tick, old == new_root)
+
+
+def switch_plan(via: str, new_root: str, max_behind: int = MAX_BEHIND) -> SwitchPlan:
+    """What :func:`switchover` would do (``--dry-run``), after the same checks; changes
+    nothing."""
+    c = _switch_set(via, new_root, max_behind)
+    with set_ops.refusing():
+        return set_ops.switch_plan(c, new_root, max_behind)
+
+
+def _switch_set(via: str, new_root: str, max_behind: int) -> set_ops.CascadeSet:
+    if max_behind < 0:
+        raise CascadeInputError(
+            f"bad --max-behind {max_behind!r}: give a number of ticks, 0 or more"
+        )
+    c = open_set(via)
+    _known(c, new_root)  # unknown names first, with the known ones
+    return c
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -511,6 +537,10 @@ def member_dict(m: set_ops.Member) -> dict[str, Any]:
     """A member as JSON carries it (its location without a password)."""
     out = dataclasses.asdict(m)
     out["location"] = redact_url(m.location)
+    # What serves the node, with its state now ("never": nothing ever did).
+    out["service"] = (
+        {"state": ServiceState.NEVER.value} if m.service is None else m.service.as_dict(time.time())
+    )
     if not m.queue_only:
         del out["queue_only"]  # only queue-only branches carry the key (``"queue_only": true``)
     for key in ("merges", "combined"):  # only nodes of combined sets carry them
@@ -672,6 +702,7 @@ def replace_node(
 
 
 __all__ = [
+    "MAX_BEHIND",
     "NAME_PATTERN",
     "NODE_TYPES",
     "POLL",
@@ -691,6 +722,7 @@ __all__ = [
     "SeqAdded",
     "SeqRemoved",
     "SetStatus",
+    "SwitchPlan",
     "TableAdded",
     "TableRemoved",
     "TableState",
@@ -725,6 +757,7 @@ __all__ = [
     "resurrect",
     "set_paused",
     "status",
+    "switch_plan",
     "switchover",
     "tables",
     "tag",

@@ -142,6 +142,16 @@ def replace(
     if not failover and ost is not None and ost.provider != new:
         needs[old] = ost.position
     _check_ticks(c, new, needs)
+    with c.db(new) as db:
+        last = db.last_tick()
+    if last is None or last.tick_id < max(needs.values(), default=0) or nst.provider != provider:
+        # NEW has ticks to apply first: its worker must be there to apply them, or OLD and its
+        # subscribers would stay paused for nothing.
+        begun = not failover and ost is not None and ost.paused
+        set_ops.require_applying(
+            c, new, set_ops.served_by(c, new), "run the same command again",
+            f"{old} stays paused until it finishes" if begun else "nothing was changed",
+        )  # fmt: skip
     changed = False
     if not failover and ost is not None and ost.provider != new and not ost.paused:
         set_ops.set_paused(c, old, True)  # it and its subscribers stop where they are

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from baton.cascade import compare, node_ops
+from baton.cascade import beat, compare, node_ops
+from baton.cascade.beat import Beat, Phase, ServiceState
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.db.base import split_location
@@ -33,6 +34,7 @@ from baton.errors import (
     NotFinished,
     Refused,
     StaleEpoch,
+    redact_url,
 )
 
 #: How often :func:`poll` (a switchover's default wait) checks its condition, in seconds.
@@ -410,6 +412,8 @@ class Member:
     #: tick (the root captures nothing from then on; the same switchover finishes it).
     switching_to: str | None = None
     switch_tick: int | None = None
+    #: The last heartbeat of the process serving the node (None: never served).
+    service: Beat | None = None
 
 
 def members(c: CascadeSet) -> list[Member]:
@@ -435,6 +439,7 @@ def members(c: CascadeSet) -> list[Member]:
                 merges = db.merge_leaves() if st.role.carries_queue else {}
                 switch = db.get_local("switch_tick") if st.role is Role.ROOT else None
                 switch_to = db.get_local("switch_to") if switch is not None else None
+                served = beat.read(db)
         except (CascadeError, OSError):
             out.append(Member(name, loc, "?", None, 0, None, None, False, dead, False, {}))
             continue
@@ -469,6 +474,7 @@ def members(c: CascadeSet) -> list[Member]:
                 tick_time=tick_time,
                 switching_to=switch_to,
                 switch_tick=None if switch is None else int(switch),
+                service=served,
             )
         )
     return out
@@ -575,11 +581,115 @@ def _demote(db: NodeDB, provider: str, position: int, root: str | None = None) -
         db.set_local(cur, "position", str(position))
 
 
+def require_applying(
+    c: CascadeSet, node: str, served: Beat | None, then: str, unchanged: str
+) -> None:
+    """Refuse (:class:`Refused`, one line: what to start, ``then`` what to do, and
+    ``unchanged``, what the refusal left as it was) unless ``node``'s worker runs and applies,
+    by its last heartbeat ``served``: an operation that waits for it would wait in vain."""
+    now = time.time()
+    if served is None or served.state(now) is not ServiceState.RUNNING:
+        seen = "" if served is None else f", last seen {now - served.at:.0f}s ago"
+        raise Refused(
+            f"{node}'s worker is not running{seen}: start `baton cascade run "
+            f"{redact_url(c.location(node))}` (or its cascade-worker object) and {then}; "
+            f"{unchanged}"
+        )
+    if served.phase is not Phase.APPLYING:
+        doing = served.error if served.phase is Phase.WAITING else "starting Spark"
+        raise Refused(
+            f"{node}'s worker is not applying yet ({doing}): {then} once `baton cascade "
+            f"status` shows it applying; {unchanged}"
+        )
+
+
+def served_by(c: CascadeSet, node: str) -> Beat | None:
+    """``node``'s last heartbeat (:mod:`baton.cascade.beat`)."""
+    with c.db(node) as db:
+        return beat.read(db)
+
+
+#: How many ticks a switchover's target may be behind the root (the old root captures nothing
+#: while the target catches up, so writes wait that long).
+MAX_BEHIND = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchPlan:
+    """What a switchover to ``new_root`` would do, checked (:func:`switch_plan`)."""
+
+    root: str
+    new_root: str
+    #: The switch tick of a switchover under way (None: none begun).
+    under_way: int | None
+    #: Ticks ``new_root`` has to apply before it can take over.
+    behind: int
+    #: What serves ``new_root`` (None: nothing, and nothing is needed: it applied the switch).
+    service: Beat | None
+    steps: list[str]
+
+
+def switch_plan(c: CascadeSet, new_root: str, max_behind: int = MAX_BEHIND) -> SwitchPlan:
+    """Check that a switchover to ``new_root`` can finish, before anything changes: it is a
+    branch, its worker runs and applies (its heartbeat, :mod:`baton.cascade.beat`), and it is
+    at most ``max_behind`` ticks behind the root. :class:`Refused` says what to do when not.
+    The plan lists the steps the switchover takes."""
+    root = _find_root(c)
+    if root == new_root:
+        return SwitchPlan(root, new_root, None, 0, None, [f"{new_root} is already the root"])
+    with c.db(new_root) as ndb:
+        nst = ndb.state()
+        served = beat.read(ndb)
+    if nst.role is not Role.BRANCH:
+        raise Refused(f"{new_root} is a {nst.role}: only a branch can become the root")
+    with c.db(root) as rdb:
+        under_way = rdb.get_local("switch_tick")
+        last = rdb.last_tick()
+        tables = sorted(rdb.tables())
+    goal = int(under_way) if under_way is not None else (last.tick_id if last else 0)
+    behind = max(0, goal - nst.position)
+    if under_way is None or behind:
+        # Something has to apply the ticks that remain and the switch tick: a live worker,
+        # applying now (a switch under way whose tick it applied only has to be finished).
+        require_applying(
+            c,
+            new_root,
+            served,
+            "run the switchover again",
+            "nothing was changed"
+            if under_way is None
+            else f"the switchover begun at tick {under_way} is still under way ({root} "
+            "refuses writes until it finishes)",
+        )
+        if under_way is None and behind > max_behind:
+            raise Refused(
+                f"{new_root} is {behind} ticks behind {root} (at most {max_behind}): wait "
+                "until it catches up, or give a larger --max-behind; nothing was changed"
+            )
+    steps = []
+    if under_way is None:
+        steps.append(
+            f"{root} stops capturing {', '.join(tables) or 'its tables'} and makes the switch "
+            f"tick; from then on writes at {root} are refused (move writers to {new_root})"
+        )
+    else:
+        steps.append(f"the switchover to {new_root} begun at tick {under_way} goes on")
+    steps += [
+        f"{new_root} applies the {behind} tick(s) it lacks, then the switch tick"
+        if under_way is None
+        else f"{new_root} applies the {behind} tick(s) it lacks up to the switch tick",
+        f"{new_root} becomes the root; {root} becomes its branch",
+    ]
+    return SwitchPlan(root, new_root, None if under_way is None else int(under_way), behind,
+                      served, steps)  # fmt: skip
+
+
 def switchover(
     c: CascadeSet,
     new_root: str,
     wait: Callable[[Callable[[], bool], float], None] = poll,
     timeout: float = 60.0,
+    max_behind: int = MAX_BEHIND,
 ) -> int:
     """Planned: ``new_root`` (a branch) becomes the root and the old root its branch, with no
     event lost or applied twice. The old root stops capturing and makes a last tick in one
@@ -592,10 +702,7 @@ def switchover(
     root = _find_root(c)
     if root == new_root:
         return _root_since(c, new_root)
-    with c.db(new_root) as ndb:
-        nst = ndb.state()
-        if nst.role is not Role.BRANCH:
-            raise Refused(f"{new_root} is a {nst.role}: only a branch can become the root")
+    switch_plan(c, new_root, max_behind)  # refuses, changing nothing, a switch that would stall
     with c.db(root) as rdb:
         last_t = rdb.get_local("switch_tick")
         if last_t is None:

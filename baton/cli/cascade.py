@@ -28,6 +28,7 @@ import click
 from rich.table import Table
 
 from baton.cascade import commands, set_ops
+from baton.cascade.beat import Phase, ServiceState
 from baton.cascade.model import Role
 from baton.cli.common import EXIT_STORE, EXIT_USAGE, console, fail
 
@@ -378,11 +379,36 @@ def resume(node: str, via: str | None) -> None:
     show_default=True,
     help="Seconds to wait for NEW_ROOT to apply the switch tick.",
 )
+@click.option(
+    "--max-behind",
+    type=click.IntRange(min=0),
+    default=commands.MAX_BEHIND,
+    show_default=True,
+    metavar="TICKS",
+    help="Refuse when NEW_ROOT is more ticks than this behind the root.",
+)
+@click.option("--dry-run", is_flag=True, help="Check and print the steps; change nothing.")
 @via_option
 @_handled
-def switchover(new_root: str, timeout: float, via: str | None) -> None:
-    """Planned: branch NEW_ROOT becomes the root, the old root its branch (nothing lost)."""
-    r = commands.switchover(_via(via), new_root, timeout)
+def switchover(
+    new_root: str, timeout: float, max_behind: int, dry_run: bool, via: str | None
+) -> None:
+    """Planned: branch NEW_ROOT becomes the root, the old root its branch (nothing lost).
+
+    Refused, changing nothing, unless NEW_ROOT's worker runs and applies and NEW_ROOT is at
+    most --max-behind ticks behind."""
+    if dry_run:
+        plan = commands.switch_plan(_via(via), new_root, max_behind)
+        if plan.service is not None:
+            click.echo(
+                f"checked: {new_root}'s worker applies on {plan.service.holder} at epoch "
+                f"{plan.service.epoch}, {plan.behind} tick(s) behind {plan.root}"
+            )
+        for n, step in enumerate(plan.steps, 1):
+            click.echo(f"{n}. {step}")
+        click.echo("nothing was changed (--dry-run)")
+        return
+    r = commands.switchover(_via(via), new_root, timeout, max_behind)
     if r.already:
         click.echo(f"{new_root} is already the root (since tick {r.tick})")
     else:
@@ -449,10 +475,28 @@ def _age(when: float | None) -> str:
     return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
 
 
+def _service_text(m: set_ops.Member) -> str:
+    """What serves the node: ``running on HOST at epoch E``, or ``not running`` and since
+    when."""
+    b = m.service
+    if b is None:
+        return "not running"
+    state = b.state(time.time())
+    if state is ServiceState.RUNNING:
+        doing = {Phase.STARTING: " (starting Spark)", Phase.WAITING: f" (waits: {b.error})"}
+        return f"running on {b.holder} at epoch {b.epoch}{doing.get(b.phase, '')}"
+    return f"not running (last seen {_age(b.at)})"
+
+
+def _served(m: set_ops.Member) -> bool:
+    return m.service is not None and m.service.state(time.time()) is ServiceState.RUNNING
+
+
 def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
     out = Table(title=title)
     for col in ("name", "role", "provider", "tick", "made", "lag", "lag s", "paused", "state"):
         out.add_column(col, overflow="fold")
+    out.add_column("service", overflow="fold")
     out.add_column("tables", overflow="fold")  # folded, not cut: every table name is shown
     for m in members:
         state = ", ".join(w for w, on in (("dead", m.dead), ("unreachable", not m.reachable)) if on)
@@ -468,6 +512,7 @@ def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
             "-" if m.lag_seconds is None else f"{m.lag_seconds:g}",
             "yes" if m.paused else "no",
             state or "ok",
+            _service_text(m),
             ", ".join(t if s == "ok" else f"{t} ({s})" for t, s in m.tables.items()) or "-",
         )
     console().print(out)
@@ -486,6 +531,13 @@ def status(via: str | None, as_json: bool) -> None:
     watermark = "-" if r.global_watermark is None else r.global_watermark
     click.echo(f"set {r.set_name}: root {r.root or 'none (use failover)'}, global watermark "
                f"{watermark}")  # fmt: skip
+    idle = [m for m in r.members if not m.dead and m.reachable and not _served(m)]
+    if idle:
+        names = ", ".join(m.name for m in idle)
+        click.echo(
+            f"not running: {names}: nothing is ticked or applied there (start `baton cascade "
+            "run LOCATION` for each, or its cascade-worker object)"
+        )
     for m in r.members:
         if m.switching_to is not None:
             click.echo(

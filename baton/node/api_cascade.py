@@ -136,6 +136,10 @@ class Switchover(OnSet):
     timeout: float = Field(
         60.0, gt=0, le=3600, description="Seconds to wait for new_root to apply the switch tick."
     )
+    max_behind: int = Field(
+        commands.MAX_BEHIND, ge=0, description="Refuse when new_root is more ticks behind."
+    )
+    dry_run: bool = Field(False, description="Check and return the steps; change nothing.")
 
 
 class Failover(OnSet):
@@ -335,9 +339,18 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
 
     @router.post("/switchover")
     async def switchover(body: Switchover) -> dict[str, Any]:
-        """Planned: the branch ``new_root`` becomes the root. Waits up to ``timeout`` seconds
-        for its worker; 409 if it did not finish (send the same request again)."""
-        return asdict(await _run(commands.switchover, body.via, body.new_root, body.timeout))
+        """Planned: the branch ``new_root`` becomes the root. Refused (409, nothing changed)
+        unless its worker runs, applies and is at most ``max_behind`` ticks behind. Waits up
+        to ``timeout`` seconds for its worker; 409 if it did not finish (send the same request
+        again). ``dry_run``: the checks and the steps only."""
+        if body.dry_run:
+            plan = await _run(commands.switch_plan, body.via, body.new_root, body.max_behind)
+            out = asdict(plan)
+            out["dry_run"] = True
+            return out
+        return asdict(
+            await _run(commands.switchover, body.via, body.new_root, body.timeout, body.max_behind)
+        )
 
     @router.post("/failover")
     async def failover(body: Failover) -> dict[str, Any]:

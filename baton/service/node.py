@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from baton.cascade.beat import Heartbeat, Phase
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
@@ -119,11 +120,25 @@ class NodeService:
             self.worker = Worker(spark, self.location, self.epoch, mode=self.mode, halt=self._halt)
         self.worker.check()
 
+    def phase(self) -> tuple[Phase, str]:
+        """What the service does now, and what it waits for (its heartbeat's content)."""
+        if self.error:
+            return Phase.WAITING, self.error
+        if self.role is Role.ROOT:
+            return Phase.TICKING, ""
+        if self.worker is None:
+            return Phase.STARTING, ""
+        return Phase.APPLYING, ""
+
     def run(self, halt: threading.Event) -> None:
         """Step until ``halt`` is set; raises :class:`FencedOut` when a newer epoch took the
-        node over. See the module docstring for the error policy. Stops the worker on exit."""
+        node over. See the module docstring for the error policy. Stops the worker on exit.
+        Beats for the node meanwhile (:mod:`baton.cascade.beat`): ``cascade status`` shows
+        it served, and ``switchover`` takes it as a target."""
         delay = INTERVAL
         self._halt = halt
+        beat = Heartbeat(self.location, self.epoch, self.phase)
+        beat.start()
         try:
             while not halt.wait(delay):
                 try:
@@ -140,6 +155,7 @@ class NodeService:
                 delay = INTERVAL
         finally:
             self.stop()
+            beat.stop()
 
     def _failed(self, exc: Exception, delay: float) -> None:
         from baton.errors import BatonError

@@ -17,11 +17,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from baton.cascade import commands, node_ops
+from baton.cascade import beat, commands, node_ops
+from baton.cascade.beat import Beat, Heartbeat, Phase
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
@@ -59,6 +62,20 @@ def root_and_branch(directory: Path) -> dict[str, str]:
     return loc
 
 
+@contextmanager
+def served(
+    location: str, epoch: int = 1, phase: Phase = Phase.APPLYING, error: str = ""
+) -> Iterator[Heartbeat]:
+    """Beat for the node at ``location`` as its service would while the block runs, for a
+    test that applies batches itself (``switchover`` checks that its target is served)."""
+    beat = Heartbeat(location, epoch, lambda: (phase, error))
+    beat.start()
+    try:
+        yield beat
+    finally:
+        beat.stop()
+
+
 def root_ticked(location: str, timeout: float = 30) -> int:
     """Wait until the root at ``location`` has ticked every event written so far (the writers
     stopped first); its last tick id."""
@@ -82,6 +99,8 @@ class Ticker(threading.Thread):
 
     def run(self) -> None:
         pull = Every(PULL_INTERVAL)
+        beats = Every(beat.INTERVAL)
+        me = beat.holder()
         while not self.halt.wait(self.cfg.period):
             root = self.cascade.current_root()
             if root is None:
@@ -93,6 +112,9 @@ class Ticker(threading.Thread):
                     if pull.due():
                         self.cascade.pull_watermarks()
                     publish_watermark(db)
+                    if beats.due():  # the root is served, as a node service says
+                        st = db.state()
+                        beat.write(db, Beat(me, st.epoch, time.time(), Phase.TICKING))
             except BatonError as exc:
                 # A root being switched or killed, or a node database busy: the node services'
                 # policy (say it, try again next period), as NodeService.run does.
@@ -113,6 +135,8 @@ class LocalSet:
         self.roles: dict[str, Role] = {}
         self.dead: set[str] = set()
         self.workers: dict[str, Worker] = {}
+        #: A heartbeat per running worker, as a node service writes (switchover checks it).
+        self.beats: dict[str, Heartbeat] = {}
         self.epochs: dict[str, int] = {}
         self.ticker = Ticker(self)
 
@@ -194,6 +218,10 @@ class LocalSet:
         worker = Worker(self.spark, self.location(name), self.epochs[name], mode=self.mode)
         worker.start()
         self.workers[name] = worker
+        self.beats[name] = Heartbeat(
+            self.location(name), self.epochs[name], lambda: (Phase.APPLYING, "")
+        )
+        self.beats[name].start()
         return worker
 
     def start_workers(self) -> None:
@@ -205,6 +233,9 @@ class LocalSet:
         worker = self.workers.pop(name, None)
         if worker is not None:
             worker.close()
+        beat = self.beats.pop(name, None)
+        if beat is not None:
+            beat.stop()
 
     def check_workers(self) -> None:
         for worker in list(self.workers.values()):

@@ -17,6 +17,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.spark.worker import Worker
+from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
@@ -115,7 +116,8 @@ def test_postgres_root_branch_sqlite_leaf(
 
             wait_for(checked, timeout=timeout)
 
-        set_ops.switchover(c, "p2", wait, 60)
+        with served(loc["p2"]):  # the worker above, as its node service says
+            set_ops.switchover(c, "p2", wait, 60)
         root[0] = "p2"
         workers["p1"] = Worker(spark, loc["p1"], epoch=1)
         workers["p1"].start()

@@ -19,6 +19,7 @@ from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.node_replace import replace
 from baton.cascade.ticker import TickerConfig, tick_once
 from baton.errors import CascadeError, CascadeInputError, NodeDatabaseError, NotFinished, Refused
+from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
 from tests.cascade.test_nodedb import Backend
 from tests.test_cli import one_line_error
@@ -357,7 +358,12 @@ def test_node_switchover_then_failover(tmp_path: Path) -> None:
         replace(c, "b2", "b2", failover=False, wait=wait)
     with pytest.raises(Refused, match="root"):
         replace(c, "b3", "s1", failover=False, wait=wait)
-    r = replace(c, "b3", "b2", failover=False, wait=wait, timeout=30)
+    # No worker at b3: refused before b2 (and its subtree) is paused for nothing.
+    with pytest.raises(Refused, match=r"b3.s worker is not running: start .* nothing was changed"):
+        replace(c, "b3", "b2", failover=False, wait=wait, timeout=30)
+    assert not c.state("b2").paused and c.state("b3").provider == "b2"
+    with served(locs["b3"]):  # the driver applies for it
+        r = replace(c, "b3", "b2", failover=False, wait=wait, timeout=30)
     assert (r.provider, r.moved, r.already) == ("s1", ["l4"], False)
     st = {n: set_ops.CascadeSet(locs["s1"]).state(n) for n in locs}
     assert {n: s.provider for n, s in st.items()} == {"s1": None, "b3": "s1", "l4": "b3",
@@ -368,7 +374,8 @@ def test_node_switchover_then_failover(tmp_path: Path) -> None:
     b.sql(locs["s1"], "INSERT INTO accounts (id, balance) VALUES (2, 2)")
     wait(lambda: set_ops.CascadeSet(locs["s1"]).state("l4").position >= 3, 30)
     c = set_ops.CascadeSet(locs["s1"])
-    r = replace(c, "b2", "b3", failover=True, wait=wait, timeout=30)
+    with served(locs["b2"]):
+        r = replace(c, "b2", "b3", failover=True, wait=wait, timeout=30)
     assert (r.provider, r.moved, r.failover) == ("s1", ["l4"], True)
     c = set_ops.CascadeSet(locs["s1"])
     assert c.dead("b3") and c.state("b2").provider == "s1" and c.state("l4").provider == "b2"

@@ -22,6 +22,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import PARTITION_TICK, Role
 from baton.errors import CascadeInputError, Refused
 from baton.spark.worker import LOW_LATENCY, Worker
+from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
 from baton.testing.workload import create_accounts
 
@@ -333,7 +334,8 @@ def test_combined_set_switchover(spark: SparkSession, tmp_path: Path) -> None:
             cycle()
 
     c = set_ops.CascadeSet(loc["s3"])
-    set_ops.switchover(c, "s2", wait=wait)
+    with served(loc["s2"]):  # this test is s2's worker (pump)
+        set_ops.switchover(c, "s2", wait=wait)
     assert checked == list(PARTS)
     assert c.state("s2").role is Role.ROOT and c.state("s1").provider == "s2"
     set_ops.change_provider(set_ops.CascadeSet(loc["s3"]), "s3", "s2")

@@ -5,9 +5,12 @@ after a database stayed locked for 30 s). No Spark here: the root's service is t
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -62,9 +65,21 @@ def test_root_service_waits_for_its_database(tmp_path: Path) -> None:
             with psycopg.connect(location, autocommit=True) as conn:
                 conn.execute("INSERT INTO accounts VALUES (%s, 1, 'x', 0.5)", (i,))
 
+        def status(*args: str) -> subprocess.CompletedProcess[str]:
+            argv = [BATON, "cascade", "status", *args, "--via", location]
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+
+        def service() -> dict[str, Any]:
+            """s1's service as ``cascade status --json`` shows it (issue 28, point 2)."""
+            res = status("--json")
+            found: dict[str, Any] = json.loads(res.stdout)["members"][0]["service"]
+            return found
+
         try:
             write(1)
             wait_for(lambda: last_tick() > 1, timeout=30, what="the root's ticker")
+            beat = wait_for(lambda: (b := service())["phase"] == "ticking" and b, timeout=30)
+            assert beat["state"] == "running" and beat["holder"].endswith(f":{proc.popen.pid}")
             pg.stop("immediate")
             wait_for(
                 lambda: any("cascade node service waits" in x for x in proc.lines()),
@@ -89,5 +104,9 @@ def test_root_service_waits_for_its_database(tmp_path: Path) -> None:
             ended = [x for x in proc.lines() if "cascade node service stopped" in x]
             assert ended and all("level=info" in x for x in ended), ended
             assert not any("CancelledError" in x for x in proc.lines()), proc.out.read_text()
+            # Stopped: status says so at once (it showed the root ok with lag 0 before).
+            assert service()["state"] == "stopped"
+            shown = status()
+            assert "not running: s1" in shown.stdout and "last seen" in shown.stdout, shown.stdout
         finally:
             proc.stop()

@@ -21,6 +21,7 @@ from baton.cascade.db import open_node_db
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
 from baton.testing import await_for, free_port
+from baton.testing.cascade import served
 from tests.node.test_api import TOKEN, client, config
 from tests.test_cli_cascade import NAMES, Set, sql
 
@@ -179,8 +180,10 @@ async def test_build_and_operate_a_set(agent: NodeAgent, cset: Set) -> None:
         for m in status["members"]:
             assert set(m) == {"name", "location", "role", "provider", "position", "lag_ticks",
                               "lag_seconds", "paused", "dead", "reachable", "tables",
-                              "tick_time", "switching_to", "switch_tick"}  # fmt: skip
+                              "tick_time", "switching_to", "switch_tick",
+                              "service"}  # fmt: skip
             assert m["switching_to"] is None and m["switch_tick"] is None
+            assert m["service"] == {"state": "never"}  # no service ever ran here
             assert (m["lag_ticks"], m["lag_seconds"]) == (0, 0.0), m
         assert {m["name"]: (m["role"], m["provider"]) for m in status["members"]} == {
             "s1": ("root", None), "s2": ("branch", "s1"), "s3": ("branch", "s1"),
@@ -228,14 +231,22 @@ async def test_failover_resurrect_and_switchover(agent: NodeAgent, cset: Set) ->
         members = {m["name"]: m for m in await call(c, "GET", "members", {"via": via})}
         assert (members["s1"]["role"], members["s1"]["dead"]) == ("branch", False)
 
-        # Switchover back to s1: without its worker it does not finish (409, and says so) ...
+        # Switchover back to s1: refused without its worker (409, nothing changed) ...
         body = {"new_root": "s1", "timeout": "0.3", "via": via}
         res = await c.post(f"{PREFIX}/switchover", json=body)
         assert res.status_code == 409, res.text
-        assert "run the same switchover again" in res.json()["detail"]
-        # ... and once the worker applied the switch tick, the same request finishes it.
-        await await_for(lambda: catch_up(s.loc("s1")) > 1, timeout=10)
-        done = await call(c, "POST", "switchover", {**body, "timeout": 10})
+        assert "s1's worker is not running" in res.json()["detail"]
+        with served(s.loc("s1")):  # this test applies for it (catch_up)
+            plan = await call(c, "POST", "switchover", {**body, "dry_run": True})
+            assert (plan["dry_run"], plan["root"], plan["under_way"]) == (True, "s2", None)
+            assert "s2 stops capturing accounts" in plan["steps"][0]
+            # ... a worker that applies nothing: it does not finish (409, and says so) ...
+            res = await c.post(f"{PREFIX}/switchover", json=body)
+            assert res.status_code == 409, res.text
+            assert "run the same switchover again" in res.json()["detail"]
+            # ... and once the worker applied the switch tick, the same request finishes it.
+            await await_for(lambda: catch_up(s.loc("s1")) > 1, timeout=10)
+            done = await call(c, "POST", "switchover", {**body, "timeout": 10})
         assert (done["new_root"], done["old_root"], done["already"]) == ("s1", "s2", False)
         again = await call(c, "POST", "switchover", body)
         assert (again["tick"], again["already"]) == (done["tick"], True)
