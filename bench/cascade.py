@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from baton.cascade import node_ops, set_ops
+from baton.cascade.beat import Heartbeat
 from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.set_ops import CascadeSet, set_paused
@@ -92,6 +93,7 @@ class BatonSet:
         self.locations = node_locations(kind, NODES, directory, pg.url if pg else None, "b")
         self.services: dict[str, NodeService] = {}
         self.threads: list[threading.Thread] = []
+        self.beats: list[Heartbeat] = []
         self.halt = threading.Event()
         self.errors: list[BaseException] = []
 
@@ -111,6 +113,9 @@ class BatonSet:
         for n in NODES:
             service = NodeService(loc[n], epoch=1, spark=lambda: self.spark, mode=self.mode)
             self.services[n] = service
+            beat = Heartbeat(loc[n], 1, service.phase)  # as NodeService.run beats
+            beat.start()
+            self.beats.append(beat)
             thread = threading.Thread(
                 target=self._run, args=(service,), daemon=True, name=f"bench-{n}"
             )
@@ -147,6 +152,8 @@ class BatonSet:
             t.join(timeout=60)
         for service in self.services.values():
             service.stop()
+        for beat in self.beats:
+            beat.stop()
 
 
 @contextlib.contextmanager
