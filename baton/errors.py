@@ -44,6 +44,7 @@ never reads a message.
     │                              ConfigError): the connection is closed
     ├── PeerError                  another node's API could not be reached or answered an error
     ├── FailoverError              a store-failover round or planned switch did not complete
+    ├── SparkUnavailable           a Spark master or Connect server does not answer: retry
     ├── ServerError                a test server (baton.testing) could not be started
     └── WaitTimeout                a condition (baton.testing) did not hold before its deadline;
                                    also an AssertionError, so test runners report a failed check
@@ -257,6 +258,11 @@ class FailoverError(BatonError):
     a client did not confirm, no replica could be promoted, or a newer round took over. What
     was done is safe (clients that invalidated keep an empty master file until a later round
     completes) and the message says what held it back."""
+
+
+class SparkUnavailable(BatonError):
+    """Spark cannot be reached: the standalone master or the Spark Connect server named does
+    not answer. Nothing was started; a node service says so in one line and tries again."""
 
 
 class ServerError(BatonError):

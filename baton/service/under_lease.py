@@ -18,14 +18,15 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from baton.cascade.db import open_node_db
 from baton.cascade.ticker import TickerConfig
 from baton.election import Election
-from baton.errors import FencedOut, LeaseLost, NodeUnreachable
+from baton.errors import FencedOut, LeaseLost, NodeUnreachable, SparkUnavailable
 from baton.keys import cascade_lease
 from baton.logs import describe
 from baton.service.node import BACKOFF, NodeService
@@ -37,29 +38,55 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("baton.cascade")
+
+
+def _since(started: float) -> float:
+    return round(time.monotonic() - started, 1)
+
+
 #: SQLite locations already warned about (once per process is enough).
 _WARNED: set[str] = set()
+
+
+T = TypeVar("T")
+
+
+async def until_ready(
+    call: Callable[[], T],
+    retry_on: type[BaseException],
+    waiting: str,
+    stop: asyncio.Event,
+) -> T | None:
+    """``call()`` in a thread, again after a backoff (0.5 s doubling to 10 s) while it raises
+    ``retry_on``, with one line (``waiting``, and the error) per distinct cause; None if
+    ``stop`` is set meanwhile. Anything else it raises goes to the caller."""
+    delay = BACKOFF[0]
+    said = ""
+    while not stop.is_set():
+        try:
+            return await asyncio.to_thread(call)
+        except retry_on as exc:
+            error = describe(exc)
+            if error != said:  # one line per cause, not one per try
+                log.warning(waiting, extra={"error": error, "retry_s": delay})
+                said = error
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(BACKOFF[1], delay * 2)
+    return None
 
 
 async def node_identity(location: str, stop: asyncio.Event) -> tuple[str, str, bool] | None:
     """(set, node, has a provider) of the node at ``location``, waiting (with one line saying
     so) while its database is locked or unreachable; None if stopped meanwhile. A location
     that is not a node raises :class:`CascadeError` (bad input)."""
-    delay = BACKOFF[0]
-    said = ""
-    while not stop.is_set():
-        try:
-            with open_node_db(location) as db:
-                st = db.state()
-            return st.set_name, st.name, st.provider is not None
-        except NodeUnreachable as exc:
-            if str(exc) != said:
-                log.warning("waiting for the node database", extra={"error": describe(exc)})
-                said = str(exc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
-        delay = min(BACKOFF[1], delay * 2)
-    return None
+
+    def read() -> tuple[str, str, bool]:
+        with open_node_db(location) as db:
+            st = db.state()
+        return st.set_name, st.name, st.provider is not None
+
+    return await until_ready(read, NodeUnreachable, "waiting for the node database", stop)
 
 
 async def run_node(
@@ -94,11 +121,16 @@ async def run_node(
     work_dir = spark_work_dir or Path(tempfile.mkdtemp(prefix="baton-spark-"))
     session_name = connect_session or cascade_lease(set_name, name)
 
+    failing = False  # the last build failed: its retries are not news
+
     def spark() -> SparkSession:
+        nonlocal failing
         from baton.spark.session import shared_session, where
 
         at = where(master, remote)
-        log.info("spark starts", extra={"at": str(at), "log": str(work_dir / "spark.log")})
+        started = time.monotonic()
+        if not failing:
+            log.info("starting spark", extra={"at": str(at), "log": str(work_dir / "spark.log")})
         if not at.local and location.startswith("sqlite:") and location not in _WARNED:
             _WARNED.add(location)
             # The source and the apply step open the node databases in Spark's tasks.
@@ -107,17 +139,24 @@ async def run_node(
                 "at the same path (use PostgreSQL nodes on a cluster)",
                 extra={"location": location, "spark": str(at)},
             )
-        return shared_session(
+        failing = True
+        session = shared_session(
             work_dir=work_dir,
             quiet=True,
             master=at.master,
             remote=at.remote,
             connect_session=session_name,
         )
+        failing = False
+        log.info("spark ready", extra={"at": str(at), "seconds": _since(started)})
+        return session
 
     if subscriber:
-        # Start the JVM before campaigning: it takes seconds, a new leader should not.
-        await asyncio.to_thread(spark)
+        # Start the JVM before campaigning: it takes seconds, a new leader should not. A
+        # master or Connect server that does not answer is waited for, as a database is.
+        ready = await until_ready(spark, SparkUnavailable, "waiting for spark", stop)
+        if ready is None:
+            return 0
     async with open_store(store_url) as store:
         lease = cascade_lease(set_name, name)
         election = Election(store, lease, holder, Timings.for_ttl(ttl))

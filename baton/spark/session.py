@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import sys
 import threading
 import uuid
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from baton.errors import ConfigError
+from baton.errors import ConfigError, SparkUnavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,6 +92,53 @@ class Where:
 
     def __str__(self) -> str:
         return f"remote {self.remote}" if self.remote else f"master {self.master}"
+
+
+#: Seconds a Spark master or Connect server has to accept a connection (:func:`probe`).
+PROBE_TIMEOUT = 5.0
+#: Spark Connect's port when the URL names none.
+CONNECT_PORT = 15002
+
+
+def _addresses(at: Where) -> list[tuple[str, int]]:
+    """The addresses a session at ``at`` connects to first (none for local, yarn, k8s: the
+    JVM or the cluster manager finds its own way)."""
+    if at.remote:
+        host_port = at.remote.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+        host, _, port = host_port.partition(":")
+        return [(host, int(port) if port else CONNECT_PORT)]
+    if at.master and at.master.startswith("spark://"):
+        out = []
+        for hp in at.master.removeprefix("spark://").split(","):
+            host, _, port = hp.rpartition(":")
+            out.append((host or hp, int(port) if port.isdigit() else 7077))
+        return out
+    return []
+
+
+def probe(at: Where, timeout: float = PROBE_TIMEOUT) -> None:
+    """:class:`SparkUnavailable` unless one of the addresses a session at ``at`` starts with
+    accepts a connection, within ``timeout`` seconds: the JVM would otherwise retry a dead
+    standalone master for a minute and a half and fail with a Java trace, and the Connect
+    client retry for over ten minutes, both in silence."""
+    addresses = _addresses(at)
+    errors = []
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc.strerror or type(exc).__name__}")
+    if addresses:
+        what = f"spark remote {_redact(at.remote)}" if at.remote else f"spark master {at.master}"
+        check = (
+            "that its Spark Connect server runs and listens there"
+            if at.remote
+            else "that the standalone master runs and listens there"
+        )
+        raise SparkUnavailable(
+            f"{what} does not answer ({'; '.join(errors)}): check {check}, and the URL"
+        )
 
 
 def check_master(master: str, source: str = "spark master") -> str:
@@ -225,6 +273,7 @@ def build_session(
     dead one (its lease's successor) sees, and can stop, the streaming queries the dead one
     left running on the server. Without it every session is new."""
     at = where(master, remote)
+    probe(at)
     if at.remote:
         return _connect_session(at.remote, conf or {}, work_dir, quiet, connect_session)
     from pyspark.sql import SparkSession
@@ -289,7 +338,7 @@ def _connect_session(
                 session.release_session_on_close = False  # type: ignore[attr-defined]
                 session.stop()
                 continue
-            raise ConfigError(
+            raise SparkUnavailable(
                 f"spark remote {_redact(remote)} did not answer: {_first_line(exc)}"
             ) from None
         break

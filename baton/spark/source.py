@@ -23,6 +23,7 @@ ev_table string, ev_key string, ev_data string`` (key and data are JSON objects 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,8 @@ from baton.cascade.db import NodeDB
 from baton.cascade.model import Tick
 from baton.errors import CascadeError
 from baton.spark.rows import ARROW_ROWS, SCHEMA, event_row, record_batch, tick_rows
+
+log = logging.getLogger("baton.spark")
 
 
 def next_end(db: NodeDB, begin: int, max_ticks: int, max_events: int) -> int:
@@ -136,7 +139,12 @@ class BatonStreamReader(DataSourceStreamReader):
         if partition.end <= partition.start:
             return  # Spark may plan an empty first micro-batch
         with self._db(self.provider) as db:
-            ticks = batch_ticks(db, self.provider, partition.start, partition.end)
+            try:
+                ticks = batch_ticks(db, self.provider, partition.start, partition.end)
+            except CascadeError:
+                if self._applied(partition):
+                    return  # an empty micro-batch: the sink applies nothing
+                raise
             rows: list[tuple[Any, ...]] = []
             count = 0
             for e in db.batch_events(partition.start, partition.end):
@@ -149,6 +157,23 @@ class BatonStreamReader(DataSourceStreamReader):
             # The tick rows come last and carry the micro-batch's event count, so that a sink
             # can tell it holds the whole micro-batch.
             yield record_batch(rows + tick_rows(ticks, count))
+
+    def _applied(self, partition: TickRange) -> bool:
+        """Whether the subscriber applied this micro-batch already: Spark replays the last
+        micro-batch after a failure (a worker killed, say), and by then the provider may have
+        trimmed its ticks, since every node had them. Checked only when the ticks are missing,
+        so the usual read opens no second database."""
+        if not self.subscriber:
+            return False
+        with self._db(self.subscriber) as db:
+            position = db.state().position
+        if position < partition.end:
+            return False
+        log.warning(
+            "micro-batch replay skipped: applied here already, and trimmed at the provider",
+            extra={"ticks": f"{partition.start + 1}..{partition.end}", "position": position},
+        )
+        return True
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the consumer's position lives in its own database."""

@@ -201,6 +201,14 @@ def test_four_partitions_lose_the_combined_root(tmp_path: Path, pg_location: str
         for w in writers:
             w.start()
         wait_for(lambda: all(w.commits > 30 for w in writers), timeout=60, what="writes")
+
+        def applying(name: str) -> bool:
+            """What an operator checks first (a switchover refuses a target not applying)."""
+            found = json.loads(cli("status", "--via", loc["s2"], "--json"))["members"]
+            beat = next(m for m in found if m["name"] == name)["service"]
+            return bool(beat["state"] == "running" and beat.get("phase") == "applying")
+
+        wait_for(lambda: applying("s3"), timeout=180, interval=0.5, what="s3's service to apply")
         cli("switchover", "s3", "--via", loc["s2"], "--timeout", "120")
         wait_for(lambda: all(w.commits > 80 for w in writers), timeout=60, what="writes")
         for w in writers:
