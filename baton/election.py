@@ -315,12 +315,16 @@ class Election:
         if lost and lost[0] is not LossReason.RELEASED:
             raise LeaseLost(self.name, lost[0])
 
-    async def resign(self) -> None:
+    async def resign(self) -> bool:
         """Stop leading and release the lease so another participant takes over at once. This
-        participant then waits for another leader (or one ttl) before campaigning again."""
+        participant then waits for another leader (or one ttl) before campaigning again.
+        Whether it stepped down: a participant that does not lead (it handed leadership over
+        with :meth:`elect`, lost it, or resigned already) has nothing to resign, and that is
+        not an error (as etcd's ``Resign``)."""
         if self.state is not State.LEADER:
-            raise NotLeader(f"{self.node_id} is not the leader of {self.name!r}; nothing to resign")
+            return False
         await self._step_down(LossReason.RELEASED, successor=None)
+        return True
 
     async def elect(self, node_id: str) -> None:
         """Hand leadership to ``node_id`` (a planned handover): the lease is released reserved

@@ -86,8 +86,8 @@ class SyncElection:
     def wait_leader(self, timeout: float | None = None) -> str:
         return self._call(self.election.wait_leader(timeout))
 
-    def resign(self) -> None:
-        self._call(self.election.resign())
+    def resign(self) -> bool:
+        return self._call(self.election.resign())
 
     def elect(self, node_id: str) -> None:
         self._call(self.election.elect(node_id))

@@ -611,7 +611,7 @@ def served_by(c: CascadeSet, node: str) -> Beat | None:
 
 #: How many ticks a switchover's target may be behind the root (the old root captures nothing
 #: while the target catches up, so writes wait that long).
-MAX_BEHIND = 100
+MAX_BEHIND = 1000
 
 
 @dataclass(frozen=True, slots=True)

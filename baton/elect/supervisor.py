@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from baton.election import Election
-from baton.errors import ConfigError, LeaseLost, NotLeader
+from baton.errors import ConfigError, LeaseLost
 from baton.logs import describe
 from baton.store import connect_waiting, open_store
 from baton.timings import Timings
@@ -218,14 +218,12 @@ async def _lead(
                     )
                     return Outcome("lost", result.code)
                 say(f"{argv[0]!r} exited with status {result.code}; resigning")
-                with contextlib.suppress(NotLeader):
-                    await election.resign()
+                await election.resign()
                 return Outcome("exited", result.code)
             guard.stop()
             result = await exited
             say(f"stopped {argv[0]!r} as asked; resigning")
-            with contextlib.suppress(NotLeader):
-                await election.resign()
+            await election.resign()
             return Outcome("stopped", result.code)
     except LeaseLost as exc:
         guard.stop()
