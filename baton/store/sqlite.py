@@ -184,10 +184,18 @@ class SQLiteStore(Store):
         self._executor.shutdown(wait=False)
         self._executor = None
 
+    def _live(self) -> sqlite3.Connection:
+        """The connection, or :class:`StoreUnavailable` once the store is closed (a task still
+        running when its owner closed the store gets a store error it handles, not an
+        assertion)."""
+        db = self._db
+        if db is None:
+            raise StoreUnavailable(f"{self.url}: the store is closed")
+        return db
+
     def _write(self, fn: Callable[[sqlite3.Connection, int], T]) -> T:
         """Run ``fn(db, now_us)`` inside one ``BEGIN IMMEDIATE`` transaction."""
-        db = self._db
-        assert db is not None
+        db = self._live()
         db.execute("BEGIN IMMEDIATE")
         try:
             out = fn(db, self._now_us())
@@ -318,8 +326,7 @@ class SQLiteStore(Store):
         return await self._run(self._write, op)
 
     def _held(self, where: str, args: tuple[Any, ...]) -> list[Lease]:
-        assert self._db is not None
-        rows = self._db.execute(
+        rows = self._live().execute(
             f"SELECT name, holder, epoch, ttl_us, exp_us FROM {self._p}leases "
             f"WHERE holder IS NOT NULL AND exp_us > ? AND {where} ORDER BY name",
             (self._now_us(), *args),
@@ -356,12 +363,12 @@ class SQLiteStore(Store):
         wanted = check_names("lease name", names)
 
         def op() -> dict[str, Lapse]:
-            assert self._db is not None
+            db = self._live()
             now = self._now_us()
             out: dict[str, Lapse] = {}
             for i in range(0, len(wanted), 500):  # below SQLite's limit of bound parameters
                 chunk = wanted[i : i + 500]
-                rows = self._db.execute(
+                rows = db.execute(
                     f"SELECT name, exp_us, ttl_us FROM {self._p}leases WHERE name IN "
                     f"({','.join('?' * len(chunk))}) AND (holder IS NULL OR exp_us <= ?)",
                     (*chunk, now),
@@ -387,8 +394,7 @@ class SQLiteStore(Store):
             self._trim(db)
 
         def op() -> float | None:
-            db = self._db
-            assert db is not None
+            db = self._live()
             now = self._now_us()
             # Read first: most wake-ups find nothing due, and must not take the write lock.
             (n_due,) = db.execute(
@@ -417,8 +423,7 @@ class SQLiteStore(Store):
 
     async def get(self, key: str) -> Record | None:
         def op() -> Record | None:
-            assert self._db is not None
-            row = self._db.execute(
+            row = self._live().execute(
                 f"SELECT key, value, version FROM {self._p}records WHERE key = ?", (key,)
             ).fetchone()
             return None if row is None else Record(row[0], bytes(row[1]), row[2])
@@ -429,8 +434,7 @@ class SQLiteStore(Store):
         p = self._p
 
         def op() -> tuple[list[Record], Position]:
-            db = self._db
-            assert db is not None
+            db = self._live()
             db.execute("BEGIN")  # one read snapshot for the records and the head
             try:
                 rows = db.execute(
@@ -483,8 +487,7 @@ class SQLiteStore(Store):
 
     async def head(self) -> Position:
         def op() -> Position:
-            assert self._db is not None
-            return make_position(self._incarnation, int(self._meta(self._db, "rev")))
+            return make_position(self._incarnation, int(self._meta(self._live(), "rev")))
 
         return await self._run(op)
 
@@ -494,8 +497,7 @@ class SQLiteStore(Store):
         p = self._p
 
         def op() -> tuple[builtins.list[Change], int]:
-            db = self._db
-            assert db is not None
+            db = self._live()
             db.execute("BEGIN")
             try:
                 if incarnation != self._meta(db, "incarnation"):
