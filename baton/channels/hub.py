@@ -76,7 +76,7 @@ from .handler import (
     load_handlers,
     parse_channel,
 )
-from .protocol import Since, dumps
+from .protocol import CLOSE_GOING_AWAY, Since, dumps
 
 log = logging.getLogger("baton.channels")
 
@@ -103,6 +103,9 @@ class Sink(Protocol):
 
     def close(self, code: int, reason: str) -> None:
         """Close the connection with ``code`` and a one-line ``reason``."""
+
+    async def wait_closed(self) -> None:
+        """Return once the close frame went out (or the connection is gone)."""
 
 
 @dataclass(slots=True)
@@ -213,6 +216,8 @@ class ChannelHub:
         self._leading = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._stopping = False
+        #: Every open connection (subscribed or not), closed with 1001 at a stop.
+        self._sinks: set[Sink] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -410,8 +415,27 @@ class ChannelHub:
         self._count()
         return True
 
+    def attach(self, sink: Sink) -> None:
+        """A connection opened: :meth:`going_away` closes it at a stop."""
+        self._sinks.add(sink)
+
+    async def going_away(self, timeout: float) -> None:
+        """The node is stopping: close every connection with 1001 (reconnect to another node)
+        and wait, up to ``timeout`` seconds, until the close frames went out, so that none
+        is left for the HTTP server's own shutdown (which closes with 1012, "service
+        restart")."""
+        self._stopping = True
+        sinks = list(self._sinks)
+        for sink in sinks:
+            sink.close(CLOSE_GOING_AWAY, f"node {self.node} is stopping: reconnect to another node")
+        if sinks:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await asyncio.gather(*(s.wait_closed() for s in sinks))
+
     def drop(self, sink: Sink) -> None:
         """A connection closed: forget its subscriptions."""
+        self._sinks.discard(sink)
         for stream in list(self.streams.values()):
             if stream.subs.pop(sink, None) is not None:
                 self._maybe_linger(stream)

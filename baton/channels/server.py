@@ -55,6 +55,8 @@ class Connection:
         self.queue: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue(hub.config.queue)
         self.closing: tuple[int, str] | None = None
         self.wake = asyncio.Event()
+        #: Set once the close frame went out, or the connection ended.
+        self.ended = asyncio.Event()
 
     def send(self, text: str, ts: float | None = None) -> None:
         if self.closing is not None:
@@ -76,6 +78,9 @@ class Connection:
         if self.closing is None:
             self.closing = (code, short(reason))
             self.wake.set()
+
+    async def wait_closed(self) -> None:
+        await self.ended.wait()
 
     async def _flush(self) -> None:
         """Send what is queued: one frame per message while the client keeps up, up to
@@ -101,7 +106,10 @@ class Connection:
                 # Frames queued before the close go first (an ``unsubscribed`` says why).
                 await self._flush()
                 code, reason = self.closing
-                await self.ws.close(code, reason)
+                try:
+                    await self.ws.close(code, reason)
+                finally:
+                    self.ended.set()
                 return
             if self.queue.empty():
                 self.wake.clear()
@@ -114,6 +122,7 @@ async def serve(ws: WebSocket, hub: ChannelHub) -> None:
     """Serve one WebSocket until it closes."""
     await ws.accept()
     conn = Connection(ws, hub)
+    hub.attach(conn)
     writer = asyncio.create_task(conn.writer(), name="channels-writer")
     user: User | None = None
     header = ws.headers.get("authorization", "")
@@ -172,6 +181,7 @@ async def serve(ws: WebSocket, hub: ChannelHub) -> None:
     except Exception as exc:  # a connection must never take the node down
         log.warning("channel connection failed", extra={"error": describe(exc)})
     finally:
+        conn.ended.set()
         for task in pending:
             task.cancel()
         hub.drop(conn)

@@ -49,13 +49,26 @@ async def serve(config: NodeConfig) -> None:
     loop = asyncio.get_running_loop()
 
     handover: list[asyncio.Future[None]] = []
+    grace = max(1, round(agent.timings.request_timeout * 4))
+
+    async def wind_down() -> None:
+        # While the API still serves (relays and peers ask it who leads now): hand the
+        # channels and the controller role over, then close every channel connection with
+        # 1001 ("reconnect to another node"), and only then stop the HTTP server, whose own
+        # shutdown would close what is left with 1012.
+        try:
+            async with asyncio.timeout(grace):
+                await agent.hand_over()
+        except TimeoutError:
+            log.warning("handover unfinished at stop", extra={"after_s": grace})
+        finally:
+            await agent.channels.going_away(timeout=1.0)
+            server.should_exit = True
 
     def on_signal() -> None:
-        # Hand over at once: the HTTP server takes up to 0.1 s more to wind down.
         if not stop.is_set():
-            handover.append(asyncio.ensure_future(agent.hand_over()))
+            handover.append(asyncio.ensure_future(wind_down()))
         stop.set()
-        server.should_exit = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)

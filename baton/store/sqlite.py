@@ -326,7 +326,8 @@ class SQLiteStore(Store):
         return await self._run(self._write, op)
 
     def _held(self, where: str, args: tuple[Any, ...]) -> list[Lease]:
-        rows = self._live().execute(
+        db = self._live()
+        rows = db.execute(
             f"SELECT name, holder, epoch, ttl_us, exp_us FROM {self._p}leases "
             f"WHERE holder IS NOT NULL AND exp_us > ? AND {where} ORDER BY name",
             (self._now_us(), *args),
@@ -423,7 +424,8 @@ class SQLiteStore(Store):
 
     async def get(self, key: str) -> Record | None:
         def op() -> Record | None:
-            row = self._live().execute(
+            db = self._live()
+            row = db.execute(
                 f"SELECT key, value, version FROM {self._p}records WHERE key = ?", (key,)
             ).fetchone()
             return None if row is None else Record(row[0], bytes(row[1]), row[2])

@@ -180,6 +180,9 @@ class Frames:
     def close(self, code: int, reason: str) -> None:
         self.closed = (code, reason)
 
+    async def wait_closed(self) -> None:
+        return None
+
 
 async def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -> None:
     """Scenario 6: the leader re-checks (renews) its lease at the asked epoch after computing
@@ -250,3 +253,49 @@ async def test_per_user_tokens_reach_only_their_namespace(tmp_path: Path) -> Non
                 await hub.subscribe(Frames(), "users:room1", bob, None)
         finally:
             await hub.stop()
+
+
+async def _closed_with(url: str, token: str, channel: str, stop: Any) -> tuple[int | None, str]:
+    """Subscribe at ``url``, wait for the first publication, call ``stop()`` (in a thread),
+    and return the close code and reason the node sent."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    from baton.channels.client import ws_url
+    from baton.channels.protocol import frames
+
+    headers = {"authorization": f"Bearer {token}"}
+    async with connect(ws_url(url), additional_headers=headers) as ws:
+        await ws.send(json.dumps({"type": "subscribe", "channel": channel}))
+        async with asyncio.timeout(30):
+            while not any(f["type"] == "pub" for f in frames(await ws.recv())):
+                pass
+        stopping = asyncio.ensure_future(asyncio.to_thread(stop))
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    await ws.recv()
+        except ConnectionClosed as exc:
+            return (exc.rcvd.code, exc.rcvd.reason) if exc.rcvd else (None, "")
+        finally:
+            await stopping
+
+
+def test_a_stopping_node_closes_its_subscribers_with_1001(tmp_path: Path) -> None:
+    """Issue 28, point 5: at SIGTERM a node closes every channel connection with 1001 (the node
+    is stopping: reconnect to another node), as docs/channels.md says. A follower node closed
+    them with 1012 (the HTTP server's own shutdown), and a leader one time in four, because
+    the server stopped while the handover still ran."""
+    with LocalCluster(2, None, tmp_path, ttl=2) as c:
+        wait_for(lambda: list(c.states().values()) == ["live"] * 2, timeout=30)
+        channel = "tick:going-away,every=0.05"
+        with Subscriber([c.node("n0").url], c.token, channel) as anchor:  # n0 leads it
+            wait_for(anchor.pubs, what="the channel's leader on n0")
+            for node in ("n1", "n0"):  # a follower node, then the leader's
+                code, reason = asyncio.run(
+                    _closed_with(c.node(node).url, c.token, channel, lambda n=node: c.terminate(n))
+                )
+                assert (code, reason) == (
+                    1001,
+                    f"node {node} is stopping: reconnect to another node",
+                )
