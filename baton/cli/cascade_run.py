@@ -44,6 +44,14 @@ from baton.cli.common import need_store, run_async, store_option
     "micro-batch mode only. A process that takes over a node reattaches to its predecessor's "
     "server session and stops the queries it left running.",
 )
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting for the process's session, as spark-submit's --conf (repeat it): "
+    "spark.cores.max=2 lets several runs share one standalone cluster.",
+)
 def run(  # noqa: PLR0917 (click passes every option by position)
     locations: tuple[str, ...],
     store_url: str | None,
@@ -52,6 +60,7 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     mode: str,
     spark_master: str | None,
     spark_remote: str | None,
+    spark_conf: tuple[str, ...],
 ) -> None:
     """Serve the cascade nodes at LOCATIONS until SIGTERM or Ctrl-C.
 
@@ -66,6 +75,15 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     from baton.spark.session import where
 
     url = need_store(store_url)
+    conf = {}
+    for item in spark_conf:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not key.startswith("spark."):
+            raise click.UsageError(
+                f"--spark-conf {item!r} is not a Spark setting: give KEY=VALUE with a key "
+                "starting spark. (for example spark.cores.max=2)"
+            )
+        conf[key.strip()] = value
     try:
         at = where(spark_master, spark_remote)  # the options, else BATON_SPARK_*, else local
     except ConfigError as exc:
@@ -90,7 +108,14 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     sys.exit(
         run_async(
             lambda: run_nodes(
-                list(locations), url, ttl, spark_dir, mode=mode, master=at.master, remote=at.remote
+                list(locations),
+                url,
+                ttl,
+                spark_dir,
+                mode=mode,
+                master=at.master,
+                remote=at.remote,
+                conf=conf,
             )
         )
     )

@@ -19,7 +19,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -101,12 +101,14 @@ async def run_node(
     master: str | None = None,
     remote: str | None = None,
     connect_session: str | None = None,
+    conf: Mapping[str, str] | None = None,
 ) -> int:
     """Serve the node at ``location`` until a stop signal (or ``stop`` is set); the exit
     status. ``mode``: how its worker applies (:data:`~baton.spark.worker.MODES`); ``master``
     or ``remote``: where the process's session runs (:func:`baton.spark.session.where`: the
     ``BATON_SPARK_*`` variables, else ``local[*]``); ``connect_session``: the name of its
-    Spark Connect session (by default the node's lease), which a successor reattaches to."""
+    Spark Connect session (by default the node's lease), which a successor reattaches to;
+    ``conf``: Spark settings for the session (``--spark-conf``)."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     if stop is None:
         stop = asyncio.Event()
@@ -146,6 +148,7 @@ async def run_node(
             master=at.master,
             remote=at.remote,
             connect_session=session_name,
+            conf=conf,
         )
         failing = False
         log.info("spark ready", extra={"at": str(at), "seconds": _since(started)})
@@ -201,6 +204,7 @@ async def run_nodes(
     mode: str = MICRO_BATCH,
     master: str | None = None,
     remote: str | None = None,
+    conf: Mapping[str, str] | None = None,
 ) -> int:
     """Serve several nodes in one process until a stop signal: each under its own lease, all
     workers sharing the process's one Spark session (one JVM: a combined root and the
@@ -226,6 +230,7 @@ async def run_nodes(
                 master=master,
                 remote=remote,
                 connect_session=session_name,
+                conf=conf,
             )
             for loc in locations
         )

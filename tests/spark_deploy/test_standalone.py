@@ -1,7 +1,9 @@
 """The cascade on a Spark standalone cluster (a master and two one-core workers started for the
 module): ``baton cascade run --spark-master spark://...`` serves the branch and the leaf, whose
-micro-batches run on the cluster's executors; one executor is SIGKILLed mid-stream, and every
-node ends with the root's rows, every event copied exactly once."""
+micro-batches run on the cluster's executors, and takes one of its two cores
+(``--spark-conf spark.cores.max=1``: the other is left to another ``run``); the executor is
+SIGKILLed mid-stream, and every node ends with the root's rows, every event copied exactly
+once."""
 
 from __future__ import annotations
 
@@ -17,28 +19,30 @@ from tests.spark_deploy.procs import Cascade
 def test_cascade_on_a_standalone_cluster(standalone: StandaloneCluster, cascade: Cascade) -> None:
     cascade.run("root", [cascade.loc["s1"]])
     subs = cascade.run(
-        "subs", [cascade.loc["s2"], cascade.loc["s3"]], "--spark-master", standalone.url
-    )
+        "subs", [cascade.loc["s2"], cascade.loc["s3"]], "--spark-master", standalone.url,
+        "--spark-conf", "spark.cores.max=1",
+    )  # fmt: skip
     cascade.start_writing()
     wait_for(lambda: cascade.position("s3") > 2, timeout=150, what="the leaf's first batches")
 
-    # The application holds both workers' cores, and nothing of the driver's host (its
-    # scratch directory, its log4j file) is in its executors' settings.
+    # The application holds the one core it was given (not every core of the cluster, Spark's
+    # default), and nothing of the driver's host (its scratch directory, its log4j file) is in
+    # its executor's settings.
     executors = wait_for(
-        lambda: len(found := standalone.executors()) == 2 and found, timeout=30, what="executors"
+        lambda: len(found := standalone.executors()) == 1 and found, timeout=30, what="executors"
     )
     apps = standalone.status()["activeapps"]
-    assert isinstance(apps, list) and len(apps) == 1 and apps[0]["cores"] == 2, apps
+    assert isinstance(apps, list) and len(apps) == 1 and apps[0]["cores"] == 1, apps
     for pid in executors:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         assert str(cascade.dir) not in argv, argv
 
-    # An executor dies while batches flow: its tasks are retried elsewhere, the worker starts
-    # a new one, and the apply transaction makes every retry harmless.
+    # The executor dies while batches flow: the cluster starts a new one, its tasks are retried
+    # there, and the apply transaction makes every retry harmless.
     before = cascade.position("s3")
     os.kill(executors[0], signal.SIGKILL)
     wait_for(
-        lambda: executors[0] not in (now := standalone.executors()) and len(now) == 2,
+        lambda: executors[0] not in (now := standalone.executors()) and len(now) == 1,
         timeout=60,
         what="a new executor",
     )
