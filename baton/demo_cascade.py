@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 
 from baton.cascade import commands
+from baton.cascade.beat import ServiceState
 from baton.demo_partitions import partitions_part
 from baton.spark.session import build_session
 from baton.spark.worker import LOW_LATENCY
@@ -65,6 +66,30 @@ def _one_row_lag(s: LocalSet) -> float:
     return time.monotonic() - t0
 
 
+def _refused_at(path: Path) -> str | None:
+    """The error a direct write at a node that does not capture gets (None: it was taken)."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+        try:
+            with db:
+                db.execute("UPDATE accounts SET balance = balance + 1")
+        except sqlite3.IntegrityError as exc:
+            return str(exc)
+    return None
+
+
+def _services(s: LocalSet) -> dict[str, str]:
+    """Each node's service as ``baton cascade status`` sees it (its heartbeat's phase)."""
+    now = time.time()
+    return {
+        m.name: m.service.phase.value
+        if m.service and m.service.state(now) is ServiceState.RUNNING
+        else "not running"
+        for m in commands.status(s.location("root")).members
+    }
+
+
 def cascade_part(console: Console, workdir: Path, step: Step, master: str = "local[4]") -> bool:
     """``master``: where Spark runs (four task slots: see below)."""
     console.rule("[bold]cascade: root -> branch -> leaf on Spark, the root lost, failover")
@@ -91,6 +116,14 @@ def cascade_part(console: Console, workdir: Path, step: Step, master: str = "loc
             step("a row from the root to the leaf", seen,
                  "through the branch, with low-latency workers (one Spark task each)",
                  seen < 5.0)  # fmt: skip
+            # Operations that cannot lose data: a write where it would not be captured is
+            # refused, and status tells what runs where.
+            refusal = _refused_at(s.path("branch"))
+            services = _services(s)
+            running = services == {"root": "ticking", "branch": "applying", "leaf": "applying"}
+            step("a write at the branch refused", 0.0,
+                 f"{refusal}; status: " + ", ".join(f"{k} {v}" for k, v in services.items()),
+                 refusal is not None and "write it at" in refusal and running)  # fmt: skip
             time.sleep(2.0)
             # The root dies mid-stream: its writer and ticker stop at once.
             writer.halt.set()
