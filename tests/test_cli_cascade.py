@@ -226,6 +226,12 @@ def test_pause_tag_candidates_change_provider(cset: Set) -> None:
     assert "yes" in ok(run("status", *s.via))
     ok(run("resume", "s3", *s.via))
     assert by_name(status(s))["s3"]["paused"] is False
+    # A node whose service runs is alive: tagging it dead (the wrong node?) is refused, since
+    # its provider would stop holding the queue back for it.
+    with served(s.loc("s2")):
+        line = refused(run("tag-dead", "s2", *s.via))
+    assert "s2 is alive: its service runs on" in line and "nothing was changed" in line, line
+    assert by_name(status(s))["s2"]["dead"] is False
     # A dead node is no candidate, in every node list.
     assert ok(run("tag-dead", "s2", *s.via)).strip() == "s2: tagged dead"
     assert by_name(status(s))["s2"]["dead"] is True

@@ -413,12 +413,31 @@ class Tagged:
 
 
 def tag(via: str, node: str, dead: bool) -> Tagged:
-    """Tag ``node`` dead (or alive) in every reachable node list."""
+    """Tag ``node`` dead (or alive) in every reachable node list. Tagging dead is refused
+    while a service runs there (its heartbeat is fresh): a live node tagged dead stops holding
+    back its provider's queue, which may then trim what it still needs (the wrong node, at
+    3 a.m.)."""
     c = open_set(via)
     _known(c, node)
+    if dead:
+        _refuse_if_served(c, node)
     with set_ops.refusing():
         missed = [n for n in set_ops.tag(c, node, dead) if n != node]
     return Tagged(node, dead, missed)
+
+
+def _refuse_if_served(c: set_ops.CascadeSet, node: str) -> None:
+    try:
+        served = set_ops.served_by(c, node)
+    except (CascadeError, OSError):
+        return  # unreachable, as a dead node usually is
+    now = time.time()
+    if served is not None and served.state(now) is ServiceState.RUNNING:
+        raise Refused(
+            f"{node} is alive: its service runs on {served.holder} at epoch {served.epoch} "
+            f"(last heartbeat {now - served.at:.1f}s ago); stop it first, or check the name "
+            "(a node tagged dead no longer holds its provider's queue back); nothing was changed"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
