@@ -1,6 +1,6 @@
 """baton: fenced leadership, placement and cascaded replication.
 
-The public API is what this module exports (``__all__``, pinned by ``tests/unit/test_api.py``
+The public API is what this module exports (``__all__``, pinned by ``tests/unit/test_public_api.py``
 and listed in ``docs/python-api.md``); everything else is internal.
 
 ``import baton`` loads the core only: errors, the store, elections and timings. The extension
@@ -14,15 +14,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from baton.election import (
-    Election,
-    ElectionEvent,
-    LeadershipLost,
-    NewLeader,
-    NewState,
-    State,
-    Term,
-)
 from baton.errors import (
     BatonError,
     CascadeError,
@@ -44,7 +35,18 @@ from baton.errors import (
     StoreTimeout,
     StoreUnavailable,
 )
-from baton.keeper import LeaseKeeper
+from baton.lease.election import (
+    Election,
+    ElectionEvent,
+    LeadershipLost,
+    NewLeader,
+    NewState,
+    State,
+    Term,
+)
+from baton.lease.keeper import LeaseKeeper
+from baton.lease.sync import SyncElection
+from baton.lease.timings import Timings
 from baton.store import (
     Change,
     ChangeKind,
@@ -59,8 +61,6 @@ from baton.store import (
     VersionIs,
     open_store,
 )
-from baton.sync import SyncElection
-from baton.timings import Timings
 
 if TYPE_CHECKING:
     from baton.placement.workload import Workload, WorkloadContext

@@ -20,8 +20,8 @@ Epoch counters (:meth:`~baton.store.Store.next_epochs`)::
 
     groups/<name>/<p>        the terms of that control group; outlives the group record
 
-Every other name belongs to users (``baton elect NAME``, :class:`~baton.election.Election`,
-:class:`~baton.keeper.LeaseKeeper`), so a name of their own should not start with one of these
+Every other name belongs to users (``baton elect NAME``, :class:`~baton.lease.election.Election`,
+:class:`~baton.lease.keeper.LeaseKeeper`), so a name of their own should not start with one of these
 prefixes. The strings never change: stores written by earlier versions must keep working.
 """
 

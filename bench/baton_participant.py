@@ -4,13 +4,13 @@
 :func:`baton.testing.participant.main` as is. The test participant prints only ``leader`` and
 ``lost`` lines, so a benchmark cannot tell when a freshly started one is campaigning; this wrapper
 wraps :meth:`Election.start` to also print ``campaigning`` once the election has started, and
-``sees-leader ID EPOCH`` on every :class:`~baton.election.NewLeader` event (proof that it has
+``sees-leader ID EPOCH`` on every :class:`~baton.lease.election.NewLeader` event (proof that it has
 read the lease from the store and follows it).
 """
 
 from __future__ import annotations
 
-from baton.election import Election, ElectionEvent, NewLeader
+from baton.lease.election import Election, ElectionEvent, NewLeader
 from baton.testing import participant
 
 _original_start = Election.start

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from baton.election import Election, EventStream, NewState, State
+from baton.lease.election import Election, EventStream, NewState, State
+from baton.lease.timings import Timings
 from baton.store import open_store
-from baton.timings import Timings
 from bench.common import BenchError, Summary, backend_url, loadavg, ms, temp_dir
 
 TTL = 2.0

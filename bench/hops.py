@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from baton.spark.worker import MICRO_BATCH, MODES
+from baton.service.worker import MICRO_BATCH, MODES
 from bench import accounts_load
 from bench.cascade import _warm, baton_set, bench_session
 from bench.common import REPO, loadavg, quantile, temp_dir

@@ -1,4 +1,5 @@
-"""A process holding N leases with a :class:`~baton.keeper.LeaseKeeper`, for the idle benchmark.
+"""A process holding N leases with a :class:`~baton.lease.keeper.LeaseKeeper`, for the idle
+benchmark.
 
 ``python -m bench.lease_holder STORE_URL N [TTL]``: opens the store, starts a keeper (holder
 ``bench-holder``, ``Timings.for_ttl(TTL)``, default 10 s), acquires ``lease/0`` ...
@@ -14,9 +15,9 @@ import signal
 import sys
 
 from baton.errors import LossReason
-from baton.keeper import LeaseKeeper
+from baton.lease.keeper import LeaseKeeper
+from baton.lease.timings import Timings
 from baton.store import open_store
-from baton.timings import Timings
 
 HOLDER = "bench-holder"
 

@@ -10,7 +10,7 @@ then restarted and the next trial waits until all N nodes are live again. Kills 
 stops alternate.
 
 **idle**: one node on SQLite, left alone; its CPU (``utime + stime`` from ``/proc/PID/stat``)
-over a window, as a percentage of one core, and its RSS (``VmRSS``). Then, if ``baton.keeper``
+over a window, as a percentage of one core, and its RSS (``VmRSS``). Then, if ``baton.lease.keeper``
 exists, the same for a ``bench.lease_holder`` process (a LeaseKeeper on its own SQLite store)
 holding no lease and HELD_LEASES leases (ttl 10 s, renewed in one call every 2 s).
 """
@@ -212,8 +212,8 @@ def measure_idle(pid: int, what: str, leases: int, window: float) -> IdleResult:
 
 
 def keeper_available() -> bool:
-    """Whether ``baton.keeper`` (LeaseKeeper) exists in this checkout."""
-    return importlib.util.find_spec("baton.keeper") is not None
+    """Whether ``baton.lease.keeper`` (LeaseKeeper) exists in this checkout."""
+    return importlib.util.find_spec("baton.lease.keeper") is not None
 
 
 def _holder_idle(tmp: Path, n: int, window: float, say: Callable[[str], None]) -> IdleResult:
@@ -241,7 +241,7 @@ def _holder_idle(tmp: Path, n: int, window: float, say: Callable[[str], None]) -
 
 
 def idle(quick: bool, say: Callable[[str], None]) -> list[IdleResult]:
-    """One ``baton node`` on SQLite, idle; then, if ``baton.keeper`` exists, a LeaseKeeper
+    """One ``baton node`` on SQLite, idle; then, if ``baton.lease.keeper`` exists, a LeaseKeeper
     process holding 0 and HELD_LEASES leases."""
     window = QUICK_WINDOW if quick else WINDOW
     out: list[IdleResult] = []
@@ -257,7 +257,7 @@ def idle(quick: bool, say: Callable[[str], None]) -> list[IdleResult]:
             if not node.running:
                 raise BenchError("the node exited during the measurement")
         if not keeper_available():
-            say("baton.keeper does not exist: skipping the lease holder")
+            say("baton.lease.keeper does not exist: skipping the lease holder")
             return out
         for n in (0, HELD_LEASES):
             out.append(_holder_idle(tmp, n, window, say))

@@ -36,7 +36,7 @@ from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet, set_paused
 from baton.errors import CascadeError, FencedOut
 from baton.service.node import NodeService
-from baton.spark.worker import LOW_LATENCY
+from baton.service.worker import LOW_LATENCY
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
 from bench.common import PeakMemory, loadavg, node_locations, quantile, step_service, temp_dir

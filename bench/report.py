@@ -301,11 +301,11 @@ def idle_section(res: Results) -> list[str]:
         "samples). An idle node renews its membership and controller leases every 0.4 s and "
         "watches the member leases; nothing polls its API during the window.",
         "",
-        "`bench.lease_holder` is a process with a `baton.keeper.LeaseKeeper` (ttl 10 s, "
+        "`bench.lease_holder` is a process with a `baton.lease.keeper.LeaseKeeper` (ttl 10 s, "
         "renewing every lease in one `store.renew` call every 2 s) on its own SQLite store, "
         "measured the same way after it acquired its leases (`add_many`): with no lease (the "
         "cost of the process and the keeper's loop) and with 10k leases. Rows are missing when "
-        "`baton.keeper` did not exist in the checkout.",
+        "`baton.lease.keeper` did not exist in the checkout.",
         "",
         *idle_table(res.idle),
         "",

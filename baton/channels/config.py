@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from baton.errors import ConfigError
-from baton.timings import Timings
+from baton.lease.timings import Timings
 
 from .protocol import MAX_FRAME
 

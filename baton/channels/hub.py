@@ -59,11 +59,11 @@ from baton.errors import (
     LossReason,
     StoreError,
 )
-from baton.keeper import LeaseKeeper
 from baton.keys import node_record
+from baton.lease.keeper import LeaseKeeper
+from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.store import Lease, Store
-from baton.timings import Timings
 
 from .config import ChannelsConfig, ChannelTimings
 from .handler import (

@@ -1,6 +1,6 @@
 """``baton elect NAME -- COMMAND``: run COMMAND only while holding leadership of NAME.
 
-The work is done by :mod:`baton.elect.supervisor` (and its guard process); this module turns
+The work is done by :mod:`baton.lease.supervisor` (and its guard process); this module turns
 SIGINT and SIGTERM into a stop, prints what happens, and maps the outcome to an exit status:
 COMMAND's own when it exits by itself (the lease is then released); 75 when leadership was lost
 and COMMAND was stopped; 130/143 on SIGINT/SIGTERM; 2 for bad input; 1 when the store cannot be
@@ -13,8 +13,8 @@ import asyncio
 import signal
 import sys
 
-from baton.elect.supervisor import supervise
-from baton.timings import Timings
+from baton.lease.supervisor import supervise
+from baton.lease.timings import Timings
 
 EXIT_LOST = 75  # EX_TEMPFAIL: run it again to campaign again
 

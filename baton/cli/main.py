@@ -35,8 +35,8 @@ from baton.cli.common import (
     store_option,
 )
 from baton.errors import ConfigError, redact_url
+from baton.lease.timings import Timings
 from baton.store import Lease
-from baton.timings import Timings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -2,10 +2,10 @@
 controller role, serves the authenticated HTTP API, and stops gracefully (releasing its leases so
 a successor takes over at once).
 
-Membership is an :class:`~baton.election.Election` with a single candidate (the node itself) on
-``members/<node_id>``: the same renewal, deadline and loss handling as any leadership. A node
-whose previous incarnation still holds that lease waits for it to expire, as it must: the old
-process may still be running.
+Membership is an :class:`~baton.lease.election.Election` with a single candidate (the node
+itself) on ``members/<node_id>``: the same renewal, deadline and loss handling as any
+leadership. A node whose previous incarnation still holds that lease waits for it to expire, as
+it must: the old process may still be running.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from baton import __version__
 from baton.channels.hub import ChannelHub
-from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State, Term
 from baton.errors import (
     ConfigError,
     FeedCompacted,
@@ -31,6 +30,7 @@ from baton.errors import (
     StoreUnavailable,
 )
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
+from baton.lease.election import Election, ElectionEvent, LeadershipLost, NewState, State, Term
 from baton.logs import describe
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics

@@ -50,8 +50,8 @@ from pydantic import (
 
 from baton.channels.config import ChannelsConfig
 from baton.errors import ConfigError, redact_url
+from baton.lease.timings import Timings
 from baton.store import open_store
-from baton.timings import Timings
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ADDR = re.compile(r"^(?P<host>[A-Za-z0-9.:\[\]-]+):(?P<port>\d{1,5})$")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from baton.election import Election, ElectionEvent, LeadershipLost, NewState, State
+from baton.lease.election import Election, ElectionEvent, LeadershipLost, NewState, State
 
 
 class NodeMetrics:

@@ -12,10 +12,10 @@ leadership) is simply done again by whoever controls next.
 A controller that lost its lease changes nothing: its ``leadership()`` body is cancelled at once,
 a write that races the loss fails its ``LeaseHeld`` condition, and nodes refuse its commands.
 
-The controller is given what it uses (the store, the controller :class:`~baton.election.Election`
-that fences it, a way to call other nodes, somewhere to count, how often to pass) and knows
-nothing of the node agent that runs it: :class:`Peers` and :class:`PlacementMetrics` are the
-small protocols the agent's parts satisfy.
+The controller is given what it uses (the store, the controller
+:class:`~baton.lease.election.Election` that fences it, a way to call other nodes, somewhere to
+count, how often to pass) and knows nothing of the node agent that runs it: :class:`Peers` and
+:class:`PlacementMetrics` are the small protocols the agent's parts satisfy.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 import prometheus_client as prom
 
-from baton.election import Election, Term
 from baton.errors import Deposed, LeaseLost, PeerError, StoreError
 from baton.keys import GROUPS, MEMBERS, NODES, group_record, group_terms
+from baton.lease.election import Election, Term
 from baton.logs import describe
 from baton.placement.decide import Decision, NodeView, Observed, decide
 from baton.placement.model import GroupRecord, dump

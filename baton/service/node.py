@@ -29,8 +29,8 @@ from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import FencedOut
+from baton.service.worker import MICRO_BATCH, Worker
 from baton.spark.session import forget, jvm_alive
-from baton.spark.worker import MICRO_BATCH, Worker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,7 +58,7 @@ class NodeService:
         mode: str = MICRO_BATCH,
     ) -> None:
         self.location = location
-        #: How the worker applies: :data:`~baton.spark.worker.MODES`.
+        #: How the worker applies: :data:`~baton.service.worker.MODES`.
         self.mode = mode
         self.epoch = epoch
         self._spark_factory = spark

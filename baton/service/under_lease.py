@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from baton.cascade.db import open_node_db
 from baton.cascade.ticker import TickerConfig
-from baton.election import Election
 from baton.errors import FencedOut, LeaseLost, NodeUnreachable, SparkUnavailable
 from baton.keys import cascade_lease
+from baton.lease.election import Election
+from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.service.node import BACKOFF, NodeService
-from baton.spark.worker import MICRO_BATCH
+from baton.service.worker import MICRO_BATCH
 from baton.store import open_store
-from baton.timings import Timings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -104,7 +104,7 @@ async def run_node(
     conf: Mapping[str, str] | None = None,
 ) -> int:
     """Serve the node at ``location`` until a stop signal (or ``stop`` is set); the exit
-    status. ``mode``: how its worker applies (:data:`~baton.spark.worker.MODES`); ``master``
+    status. ``mode``: how its worker applies (:data:`~baton.service.worker.MODES`); ``master``
     or ``remote``: where the process's session runs (:func:`baton.spark.session.where`: the
     ``BATON_SPARK_*`` variables, else ``local[*]``); ``connect_session``: the name of its
     Spark Connect session (by default the node's lease), which a successor reattaches to;

@@ -35,7 +35,7 @@ from baton.errors import (
 from baton.logs import describe
 from baton.placement.workload import Workload, WorkloadContext
 from baton.service.node import NodeService
-from baton.spark.worker import MICRO_BATCH
+from baton.service.worker import MICRO_BATCH
 from baton.store import sqlite_path
 
 log = logging.getLogger("baton.cascade")

@@ -1,9 +1,9 @@
 """One election participant as a process, for multi-process tests and benchmarks.
 
 ``python -m baton.testing.participant STORE_URL NAME ID LOG_PATH [TTL]`` campaigns with
-:class:`~baton.election.Election` and, while leader, appends to a :class:`FencedLog` every 20 ms,
-checking its term right before each append (as leader code should). It prints one line per
-event on stdout (``leader EPOCH``, ``lost EPOCH REASON``) so a test can follow it.
+:class:`~baton.lease.election.Election` and, while leader, appends to a :class:`FencedLog` every
+20 ms, checking its term right before each append (as leader code should). It prints one line
+per event on stdout (``leader EPOCH``, ``lost EPOCH REASON``) so a test can follow it.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import asyncio
 import signal
 import sys
 
-from baton.election import Election, LeadershipLost
 from baton.errors import LeaseLost
+from baton.lease.election import Election, LeadershipLost
+from baton.lease.timings import Timings
 from baton.store import open_store
 from baton.testing.fenced import FencedLog
-from baton.timings import Timings
 
 
 async def run(url: str, name: str, node_id: str, log_path: str, ttl: float) -> None:

@@ -1,4 +1,4 @@
-"""The low-latency worker mode (one long-running Spark task per worker, :mod:`baton.spark.task`)
+"""The low-latency worker mode (one long-running Spark task per worker, :mod:`baton.service.task`)
 keeps every guarantee of the micro-batch mode: pause, provider change and a newer worker stop
 its task, nothing is applied twice or skipped, and a stale task's transactions are refused.
 Also how a worker of either mode starts when it is stopped at once."""
@@ -14,8 +14,8 @@ import pytest
 from baton.cascade import set_ops
 from baton.cascade.db import open_node_db
 from baton.errors import CascadeError, FencedOut
-from baton.spark.task import Follow, TaskQuery
-from baton.spark.worker import _WARM, LOW_LATENCY, Worker
+from baton.service.task import Follow, TaskQuery
+from baton.service.worker import _WARM, LOW_LATENCY, Worker
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload

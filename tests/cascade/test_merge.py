@@ -21,7 +21,7 @@ from baton.cascade.apply import ApplyResult, apply_batch, reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import PARTITION_TICK, Role
 from baton.errors import CascadeInputError, Refused
-from baton.spark.worker import LOW_LATENCY, Worker
+from baton.service.worker import LOW_LATENCY, Worker
 from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
 from baton.testing.workload import create_accounts

@@ -20,12 +20,12 @@ from baton.channels.config import ChannelsConfig
 from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, User
 from baton.channels.hub import ChannelHub, lease_name
 from baton.errors import ChannelRefused, ChannelUnavailable
+from baton.lease.timings import Timings
 from baton.store import Change, ChangeKind, open_store
 from baton.testing.channels import Subscriber
 from baton.testing.cluster import LocalCluster
 from baton.testing.servers import RedisServer
 from baton.testing.waiting import await_for, wait_for
-from baton.timings import Timings
 from tests.channels.test_failures import leaders, subscribers
 
 pytestmark = pytest.mark.cluster

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from baton.lease.timings import Timings
 from baton.testing import wait_for
 from baton.testing.fenced import FencedLog
 from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest, now, participant
-from baton.timings import Timings
 from tests.conftest import Backend
 
 TTL = 2.0

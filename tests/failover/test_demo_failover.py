@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from baton.demo_failover import failover_part
+from baton.demo.failover import failover_part
 from baton.testing.processes import descendants
 
 EXPECTED = [

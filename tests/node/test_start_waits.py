@@ -61,7 +61,7 @@ class _PauseOn(logging.Handler):
 PHASES = {
     "connect": None,
     "membership": ("baton.node", "waiting for membership lease"),
-    "record": ("baton.election", "leader"),
+    "record": ("baton.lease.election", "leader"),
 }
 
 

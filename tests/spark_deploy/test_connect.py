@@ -23,7 +23,7 @@ from typing import Any
 
 from baton.cascade.db import open_node_db
 from baton.placement.records import create_object, make_object
-from baton.spark.worker import query_owner
+from baton.service.worker import query_owner
 from baton.store import open_store
 from baton.testing.cascade import root_and_branch, root_ticked
 from baton.testing.cluster import LocalCluster

@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from baton import logs
-from baton.election import Election
 from baton.errors import StoreTimeout
 from baton.keys import GROUPS, OBJECTS
+from baton.lease.election import Election
+from baton.lease.timings import Timings
 from baton.placement.records import GroupRecord, ObjectSpec, dump
 from baton.placement.runner import Runner
 from baton.placement.runner import describe as runner_describe
 from baton.placement.workload import load_types
 from baton.store import open_store
 from baton.testing import await_for
-from baton.timings import Timings
 
 
 def line(msg: str, **extra: object) -> str:

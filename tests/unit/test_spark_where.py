@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from baton.cli.main import cli
 from baton.errors import ConfigError
 from baton.node.config import load
+from baton.service.worker import query_name, query_owner
 from baton.spark.session import Where, connect_session_id, where
-from baton.spark.worker import query_name, query_owner
 
 
 def test_explicit_then_environment_then_local() -> None:

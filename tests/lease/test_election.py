@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from baton.election import Election, LeadershipLost, NewLeader, NewState, State
 from baton.errors import LeaseLost, LossReason, NotLeader
+from baton.lease.election import Election, LeadershipLost, NewLeader, NewState, State
+from baton.lease.timings import Timings
 from baton.store import Store
 from baton.testing import await_for
-from baton.timings import Timings
 from tests.conftest import Backend
 
 FAST = Timings(

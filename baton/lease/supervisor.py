@@ -1,7 +1,7 @@
 """The supervisor of ``baton elect``: run COMMAND only while holding leadership of a lease.
 
 It campaigns for the lease and renews it. When it leads, it starts the guard
-(:mod:`baton.elect.guard`, a separate process), which starts COMMAND and stops it at the renew
+(:mod:`baton.lease.guard`, a separate process), which starts COMMAND and stops it at the renew
 deadline unless the supervisor pushes a newer one after each renewal. So COMMAND has stopped
 before the lease can expire at the store even if this process is paused (SIGSTOP) or killed
 (SIGKILL).
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from baton.election import Election
 from baton.errors import ConfigError, LeaseLost
+from baton.lease.election import Election
+from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.store import connect_waiting, open_store
-from baton.timings import Timings
 
 #: Run by path with ``python -I``: it must not import the rest of baton (see its docstring).
 GUARD = str(Path(__file__).resolve().parent / "guard.py")

@@ -17,7 +17,7 @@ from baton.cascade import commands
 from baton.cascade.db import open_node_db
 from baton.errors import WaitTimeout
 from baton.service.node import NodeService
-from baton.spark.worker import MICRO_BATCH
+from baton.service.worker import MICRO_BATCH
 from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
 

@@ -1,4 +1,4 @@
-"""A thin synchronous facade over :class:`~baton.election.Election`, for code that is not
+"""A thin synchronous facade over :class:`~baton.lease.election.Election`, for code that is not
 async (scripts, Spark drivers, threads). It runs the one asyncio implementation on a private
 event-loop thread; it is not a second implementation.
 
@@ -19,9 +19,9 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-from baton.election import Election, Term
+from baton.lease.election import Election, Term
+from baton.lease.timings import Timings
 from baton.store import open_store
-from baton.timings import Timings
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 SQLite node databases by Spark workers; the root dies mid-stream; failover promotes the branch;
 the workload goes on at the new root; the leaf is checked equal to the surviving data; the old
 root comes back and ``resurrect`` saves the events that never left it; then two partition sets
-are merged into the cascade (:mod:`baton.demo_partitions`). The workers run in the
+are merged into the cascade (:mod:`baton.demo.partitions`). The workers run in the
 low-latency mode (one long-running Spark task each), and the demo shows how long one row takes
 from the root to the leaf."""
 
@@ -18,9 +18,9 @@ from rich.console import Console
 
 from baton.cascade import commands
 from baton.cascade.beat import ServiceState
-from baton.demo_partitions import partitions_part
+from baton.demo.partitions import partitions_part
+from baton.service.worker import LOW_LATENCY
 from baton.spark.session import build_session
-from baton.spark.worker import LOW_LATENCY
 from baton.testing.cascade import LocalSet
 from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload

@@ -12,7 +12,7 @@ Stopping is SIGTERM to COMMAND's process group, then SIGKILL at the kill deadlin
 supervisor sets well before the lease can expire at the store. COMMAND runs with
 ``PR_SET_PDEATHSIG = SIGKILL``, so even a SIGKILL of the guard itself takes COMMAND with it.
 
-This file is executed directly by path (``python -I .../baton/elect/guard.py``) and imports only
+This file is executed directly by path (``python -I .../baton/lease/guard.py``) and imports only
 the standard library, so it starts in tens of milliseconds and cannot be broken by the rest of
 baton (a test checks it).
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from baton.errors import ConfigError
-from baton.timings import Timings
+from baton.lease.timings import Timings
 
 
 def test_defaults_are_valid_and_frozen() -> None:

@@ -4,7 +4,7 @@ per renew interval.
 A node agent may lead thousands of small things at once (channel upstreams, placed objects);
 renewing each on its own would cost thousands of calls per interval. The keeper renews the whole
 set with one :meth:`~baton.store.base.Store.renew` call and applies the same safety rule as an
-:class:`~baton.election.Election`: a lease whose renewals have not succeeded within
+:class:`~baton.lease.election.Election`: a lease whose renewals have not succeeded within
 ``renew_deadline`` of *sending* the last good one is dropped by the keeper on its own (and
 reported lost), before the store could give it to anyone else.
 
@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable, Iterable
 
 from baton.errors import LossReason, StoreError
+from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.store.base import Lease, Store, check_name
-from baton.timings import Timings
 
 log = logging.getLogger("baton.keeper")
 

@@ -33,13 +33,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from baton.spark.task import TaskQuery
+    from baton.service.task import TaskQuery
 
 log = logging.getLogger("baton.cascade")
 
 #: Structured Streaming micro-batches (the default; works on Spark Connect too).
 MICRO_BATCH = "micro-batch"
-#: One long-running Spark task per worker (:mod:`baton.spark.task`): a hop's lag without the
+#: One long-running Spark task per worker (:mod:`baton.service.task`): a hop's lag without the
 #: per-trigger cost, for one task slot per worker.
 LOW_LATENCY = "low-latency"
 MODES = (MICRO_BATCH, LOW_LATENCY)
@@ -179,7 +179,7 @@ class Worker:
         self.provider = provider
         activate(self.spark)
         if self.mode == LOW_LATENCY:
-            from baton.spark.task import Follow, TaskQuery
+            from baton.service.task import Follow, TaskQuery
 
             spec = Follow(self.location, provider, location, self.epoch, self.max_ticks)
             self.query = TaskQuery(self.spark, spec)

@@ -39,16 +39,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from baton.demo_cascade import cascade_part
-from baton.demo_channels import channels_part
-from baton.demo_failover import failover_part
-from baton.demo_placement import placement_part
+from baton.demo.cascade import cascade_part
+from baton.demo.channels import channels_part
+from baton.demo.failover import failover_part
+from baton.demo.placement import placement_part
+from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.testing.cluster import LocalCluster
 from baton.testing.fenced import Entry, FencedLog
 from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest
 from baton.testing.waiting import WaitTimeout, wait_for
-from baton.timings import Timings
 
 
 @dataclass

@@ -10,8 +10,8 @@ import pytest
 
 from baton.channels.config import ChannelsConfig, ChannelTimings
 from baton.errors import ConfigError
+from baton.lease.timings import Timings
 from baton.node.config import load
-from baton.timings import Timings
 
 
 def test_defaults_follow_the_lease_timings() -> None:

@@ -45,9 +45,9 @@ from baton.errors import (
     NotLeader,
     StoreError,
 )
+from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.store.base import Change, ChangeKind, Lease, Store, check_name
-from baton.timings import Timings
 
 log = logging.getLogger("baton.election")
 T = TypeVar("T")

@@ -7,9 +7,9 @@ import asyncio
 import time
 
 from baton.errors import LossReason
-from baton.keeper import LeaseKeeper
+from baton.lease.keeper import LeaseKeeper
+from baton.lease.timings import Timings
 from baton.testing import await_for
-from baton.timings import Timings
 from tests.conftest import Backend
 
 T = Timings.for_ttl(1.0)
