@@ -270,7 +270,7 @@ class ServerError(BatonError):
 
 
 class WaitTimeout(BatonError, AssertionError):
-    """A condition (:func:`baton.testing.waiting.wait_for`) did not hold before its deadline.
+    """A condition (:func:`baton.local.waiting.wait_for`) did not hold before its deadline.
     Also an AssertionError: a test runner reports it as a failed check, not as a crash."""
 
 

@@ -43,8 +43,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from baton.channels.client import ws_url
 from baton.channels.protocol import frames
 from baton.errors import WaitTimeout
-from baton.testing.cluster import LocalCluster
-from baton.testing.waiting import await_for, wait_for
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import await_for, wait_for
 from bench.common import Summary, loadavg, temp_dir
 
 #: The nodes' lease ttl (the forward timeout is ttl/4 up to 1 s).

@@ -281,7 +281,7 @@ class PeakMemory:
         self._thread.join(5)
 
     def _run(self) -> None:
-        from baton.testing.processes import descendants, java_of
+        from baton.local.processes import descendants, java_of
 
         while not self._halt.wait(0.5):
             for jvm in java_of(os.getpid()):

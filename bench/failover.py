@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from baton.local.processes import Proc
 from baton.testing.fenced import FencedLog
-from baton.testing.processes import Proc
 from baton.testing.servers import EtcdServer
 from bench.common import REPO, BenchError, LogReader, Summary, backend_url, loadavg, poll, temp_dir
 

@@ -1,6 +1,6 @@
 """Benchmark 8: group leader recovery after a node is SIGKILLed.
 
-A :class:`~baton.testing.cluster.LocalCluster` of NODES ``baton node`` processes (ttl 2 s,
+A :class:`~baton.local.cluster.LocalCluster` of NODES ``baton node`` processes (ttl 2 s,
 reconcile interval 0.3 s) runs OBJECTS built-in ``counter`` objects with REPLICAS members each
 (copy interval 0.2 s). A trial waits until every group is ``ok``, waits a random 0-1 s,
 SIGKILLs a random node that is not the controller and leads at least one group, and polls
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from baton.local.cluster import LocalCluster
 from baton.placement.records import create_object, make_object
 from baton.store import open_store
-from baton.testing.cluster import LocalCluster
 from bench.common import BenchError, Summary, backend_url, loadavg, temp_dir
 
 TTL = 2.0

@@ -1,5 +1,5 @@
 """Benchmarks 5 and 6: the node agent (``baton node`` processes of a
-:class:`~baton.testing.cluster.LocalCluster`).
+:class:`~baton.local.cluster.LocalCluster`).
 
 **takeover**: N nodes (ttl 2 s). A trial waits until a controller is elected and every node is
 live, waits a random 0-1 s (a random point of the controller's renewal cycle), then either
@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from baton.testing.cluster import LocalCluster, LocalNode
-from baton.testing.processes import Proc
+from baton.local.cluster import LocalCluster, LocalNode
+from baton.local.processes import Proc
 from bench.common import REPO, BenchError, Summary, backend_url, loadavg, poll, temp_dir
 
 #: The lease ttl of every node (seconds).

@@ -45,6 +45,9 @@ from baton.errors import NoMaster
 from baton.failover import master_client
 from baton.failover.config import server_config
 from baton.failover.server import switch
+from baton.local.ports import free_port
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
 from baton.store.master_file import Address
 from baton.testing.failover import (
     ClientRole,
@@ -53,9 +56,7 @@ from baton.testing.failover import (
     baton_exe,
     failover_client,
 )
-from baton.testing.processes import Proc
-from baton.testing.servers import free_port, wait_port
-from baton.testing.waiting import wait_for
+from baton.testing.servers import wait_port
 from bench.common import loadavg, temp_dir
 from bench.plot import Canvas
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
 from baton.testing import free_port
-from baton.testing.processes import Proc
-from baton.testing.waiting import wait_for
 from tests.conftest import Backend
 
 BATON = str(Path(sys.executable).with_name("baton"))

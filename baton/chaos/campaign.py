@@ -40,7 +40,7 @@ from baton.chaos.history import History
 from baton.chaos.listener import Listeners, stop
 from baton.chaos.nemesis import Fault, Nemesis
 from baton.errors import WaitTimeout
-from baton.testing.waiting import wait_for
+from baton.local.waiting import wait_for
 
 #: Seconds a round may take to settle before it counts as a violation. A liveness bound, not
 #: a speed target: on 2 cores at load 9-13 (five agents, up to three Spark JVMs, the store's

@@ -35,8 +35,8 @@ from baton.cascade import commands
 from baton.cascade.model import Role
 from baton.chaos.history import History
 from baton.chaos.net import Network
-from baton.testing.processes import java_of
-from baton.testing.waiting import wait_for
+from baton.local.processes import java_of
+from baton.local.waiting import wait_for
 
 #: The libfaketime that shifts one process's clocks (Debian ``faketime``); CLOCK_MONOTONIC too.
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from baton.chaos.cluster import LEASES
 from baton.errors import WaitTimeout
-from baton.testing.waiting import wait_for
+from baton.local.waiting import wait_for
 
 if TYPE_CHECKING:
     from baton.chaos.cluster import ChaosCluster

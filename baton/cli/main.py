@@ -102,7 +102,7 @@ def up(count: int, store_url: str | None, data_dir: Path, ttl: float) -> None:
     """Start a local cluster in the foreground; Ctrl-C stops every node."""
     import signal as signals
 
-    from baton.testing.cluster import LocalCluster
+    from baton.local.cluster import LocalCluster
 
     if not 1 <= count <= 50:
         raise click.UsageError(f"--nodes {count}: use 1 to 50")

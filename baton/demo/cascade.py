@@ -19,10 +19,10 @@ from rich.console import Console
 from baton.cascade import commands
 from baton.cascade.beat import ServiceState
 from baton.demo.partitions import partitions_part
+from baton.local.waiting import wait_for
 from baton.service.worker import LOW_LATENCY
 from baton.spark.session import build_session
 from baton.testing.cascade import LocalSet
-from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
 
 Step = Callable[[str, float, str, bool], None]

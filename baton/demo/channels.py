@@ -9,9 +9,9 @@ from typing import Any
 
 from rich.console import Console
 
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import wait_for
 from baton.testing.channels import Subscriber, channel_leaders
-from baton.testing.cluster import LocalCluster
-from baton.testing.waiting import wait_for
 
 CHANNEL = "tick:demo,every=0.1"
 

@@ -29,6 +29,7 @@ import redis
 from rich.console import Console
 
 from baton.errors import BatonError
+from baton.local.waiting import wait_for
 from baton.logs import describe
 from baton.store.master_file import Address
 from baton.testing.failover import (
@@ -40,7 +41,6 @@ from baton.testing.failover import (
     failover_client,
     failover_server,
 )
-from baton.testing.waiting import wait_for
 
 Step = Callable[[str, float, str, bool], Any]
 

@@ -16,9 +16,9 @@ from rich.console import Console
 from baton.cascade import commands
 from baton.cascade.db import open_node_db
 from baton.errors import WaitTimeout
+from baton.local.waiting import wait_for
 from baton.service.node import NodeService
 from baton.service.worker import MICRO_BATCH
-from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
 
 if TYPE_CHECKING:

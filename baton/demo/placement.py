@@ -11,9 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from baton.local.cluster import LocalCluster
 from baton.placement.records import create_object, make_object
 from baton.store import open_store
-from baton.testing.cluster import LocalCluster
 
 OBJECTS = 12
 REPLICAS = 2

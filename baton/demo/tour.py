@@ -44,11 +44,12 @@ from baton.demo.channels import channels_part
 from baton.demo.failover import failover_part
 from baton.demo.placement import placement_part
 from baton.lease.timings import Timings
+from baton.local.cluster import LocalCluster
+from baton.local.processes import Proc
+from baton.local.waiting import WaitTimeout, wait_for
 from baton.logs import describe
-from baton.testing.cluster import LocalCluster
 from baton.testing.fenced import Entry, FencedLog
-from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest
-from baton.testing.waiting import WaitTimeout, wait_for
+from baton.testing.processes import elect_proc, first_above, last_of, latest
 
 
 @dataclass

@@ -4,9 +4,10 @@ Tests built on it never sleep and then assert: they wait for a condition with a 
 (:func:`wait_for`, :func:`await_for`) and fail with a message naming what did not happen.
 """
 
+from baton.local.ports import free_port
+from baton.local.waiting import await_for, wait_for
 from baton.testing.fenced import FencedLog
-from baton.testing.servers import EtcdServer, PostgresServer, RedisServer, free_port
-from baton.testing.waiting import await_for, wait_for
+from baton.testing.servers import EtcdServer, PostgresServer, RedisServer
 
 __all__ = [
     "EtcdServer",

@@ -31,9 +31,9 @@ from baton.cascade.set_ops import CascadeSet
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import BatonError
+from baton.local.waiting import wait_for
 from baton.logs import describe
 from baton.service.worker import MICRO_BATCH, Worker
-from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from baton.channels.client import Client, Message
 from baton.channels.handler import Channel, Context, Handler, User
-from baton.testing.waiting import await_for
+from baton.local.waiting import await_for
 
 if TYPE_CHECKING:
-    from baton.testing.cluster import LocalCluster
+    from baton.local.cluster import LocalCluster
 
 
 class Subscriber:

@@ -27,10 +27,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from baton.errors import NoMaster
+from baton.local.ports import free_port
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
 from baton.store.master_file import Address, master_client, read_master
-from baton.testing.processes import Proc
-from baton.testing.servers import RedisServer, free_port
-from baton.testing.waiting import wait_for
+from baton.testing.servers import RedisServer
 
 #: Quick timings for tests: a dead master is noticed within about a second.
 FAST = (

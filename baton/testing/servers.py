@@ -25,15 +25,9 @@ from types import TracebackType
 from typing import Self
 
 from baton.errors import ServerError
+from baton.local.ports import free_port
 
 PG_BIN = Path(os.environ.get("BATON_PG_BIN", "/usr/lib/postgresql/15/bin"))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, timeout: float = 10.0) -> None:

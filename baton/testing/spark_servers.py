@@ -27,9 +27,10 @@ from types import TracebackType
 from typing import Self
 
 from baton.errors import ServerError
+from baton.local.ports import free_port
+from baton.local.processes import descendants
 from baton.spark.session import LOG4J as SESSION_LOG4J
-from baton.testing.processes import descendants
-from baton.testing.servers import free_port, wait_port
+from baton.testing.servers import wait_port
 
 #: The Spark Connect server's main class (``sbin/start-connect-server.sh`` runs the same).
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

@@ -16,10 +16,10 @@ from baton.cascade import node_ops, set_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
+from baton.local.waiting import wait_for
 from baton.service.worker import Worker
 from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
-from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts, run_workload
 
 if TYPE_CHECKING:

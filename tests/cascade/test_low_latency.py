@@ -14,10 +14,10 @@ import pytest
 from baton.cascade import set_ops
 from baton.cascade.db import open_node_db
 from baton.errors import CascadeError, FencedOut
+from baton.local.waiting import wait_for
 from baton.service.task import Follow, TaskQuery
 from baton.service.worker import _WARM, LOW_LATENCY, Worker
 from baton.testing.cascade import LocalSet
-from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from baton.cascade.apply import apply_batch
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Event, Role
 from baton.errors import CascadeError, FencedOut
+from baton.local.waiting import wait_for
 from baton.testing.cascade import LocalSet
-from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def test_switchover_loses_nothing(seed_set: LocalSet) -> None:
     c = s.cascade()
 
     def wait(cond: object, timeout: float) -> None:
-        from baton.testing.waiting import wait_for
+        from baton.local.waiting import wait_for
 
         def checked() -> bool:
             s.check_workers()

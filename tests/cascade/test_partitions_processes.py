@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from baton.cascade.db import open_node_db
-from baton.testing.processes import Proc
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
 from baton.testing.servers import PostgresServer
-from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 
 BATON = str(Path(sys.executable).with_name("baton"))

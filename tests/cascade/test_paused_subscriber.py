@@ -21,8 +21,8 @@ import pytest
 
 from baton.cascade.db import open_node_db
 from baton.errors import NodeUnreachable
-from baton.testing.processes import Proc
-from baton.testing.waiting import WaitTimeout, wait_for
+from baton.local.processes import Proc
+from baton.local.waiting import WaitTimeout, wait_for
 from baton.testing.workload import Writer, create_accounts, run_workload
 from tests.test_cli import BATON
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from baton.local.waiting import wait_for
 from baton.service import node as service
 from baton.service.node import NodeService
-from baton.testing.waiting import wait_for
 
 
 def test_the_same_failure_is_said_again_while_it_goes_on(

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from baton.cascade.db import open_node_db
+from baton.local.waiting import wait_for
 from baton.testing.cascade import LocalSet
-from baton.testing.waiting import wait_for
 from baton.testing.workload import run_workload
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ import pytest
 
 from baton.cascade import node_ops
 from baton.cascade.model import Role
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
 from baton.testing import free_port
-from baton.testing.processes import Proc
-from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 from tests.test_cli import BATON
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from baton.cascade.db import open_node_db
+from baton.local.processes import Proc, java_of
+from baton.local.waiting import wait_for
 from baton.testing.cascade import root_and_branch, root_ticked
-from baton.testing.processes import Proc, java_of
-from baton.testing.waiting import wait_for
 from baton.testing.workload import Writer
 
 BATON = str(Path(sys.executable).with_name("baton"))

@@ -21,10 +21,10 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, tick_once
 from baton.errors import ChannelRefused
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import wait_for
 from baton.testing.channels import Subscriber
-from baton.testing.cluster import LocalCluster
 from baton.testing.servers import PostgresServer, RedisServer
-from baton.testing.waiting import wait_for
 from baton.testing.workload import create_accounts
 
 pytestmark = pytest.mark.cluster

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import await_for, wait_for
 from baton.store import ChangeKind
 from baton.testing.channels import Subscriber, channel_leaders, channel_views
-from baton.testing.cluster import LocalCluster
-from baton.testing.waiting import await_for, wait_for
 
 pytestmark = pytest.mark.cluster
 

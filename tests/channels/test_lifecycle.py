@@ -21,11 +21,11 @@ from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, User
 from baton.channels.hub import ChannelHub, lease_name
 from baton.errors import ChannelRefused, ChannelUnavailable
 from baton.lease.timings import Timings
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import await_for, wait_for
 from baton.store import Change, ChangeKind, open_store
 from baton.testing.channels import Subscriber
-from baton.testing.cluster import LocalCluster
 from baton.testing.servers import RedisServer
-from baton.testing.waiting import await_for, wait_for
 from tests.channels.test_failures import leaders, subscribers
 
 pytestmark = pytest.mark.cluster

@@ -21,9 +21,9 @@ from websockets.exceptions import ConnectionClosed
 from baton.channels.client import ws_url
 from baton.channels.protocol import frames, parse_frame
 from baton.errors import BadFrame
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import wait_for
 from baton.testing.channels import Subscriber
-from baton.testing.cluster import LocalCluster
-from baton.testing.waiting import wait_for
 
 HEALTHY = "tick:healthy,every=0.05"
 

@@ -13,7 +13,7 @@ from baton.chaos.campaign import Supervisor
 from baton.chaos.cluster import Service
 from baton.chaos.history import load
 from baton.chaos.net import Network
-from baton.testing.waiting import wait_for
+from baton.local.waiting import wait_for
 
 
 class _Here:

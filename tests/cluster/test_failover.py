@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from baton.lease.timings import Timings
+from baton.local.processes import Proc
 from baton.testing import wait_for
 from baton.testing.fenced import FencedLog
-from baton.testing.processes import Proc, elect_proc, first_above, last_of, latest, now, participant
+from baton.testing.processes import elect_proc, first_above, last_of, latest, now, participant
 from tests.conftest import Backend
 
 TTL = 2.0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from baton.testing.cluster import LocalCluster
+from baton.local.cluster import LocalCluster
 from baton.testing.servers import RedisServer
 
 pytestmark = pytest.mark.cluster

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from baton.testing.cluster import LocalCluster
+from baton.local.cluster import LocalCluster
 from tests.conftest import Backend
 
 pytestmark = pytest.mark.cluster

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from baton.local.processes import Proc
 from baton.testing import wait_for
-from baton.testing.processes import Proc
 
 BATON = str(Path(sys.executable).with_name("baton"))
 pytestmark = pytest.mark.cluster

@@ -16,12 +16,12 @@ import psycopg
 import pytest
 
 from baton.errors import FeedCompacted, StoreTimeout, StoreUnavailable
+from baton.local.waiting import store_reachable
 from baton.store import ChangeKind, Delete, Put, Store, open_store
 from baton.store.base import make_position, parse_position
 from baton.store.postgres import PostgresStore
 from baton.testing import await_for, free_port
 from baton.testing.servers import PostgresServer
-from baton.testing.waiting import store_reachable
 from tests.conformance.test_store import next_changes, wait_expired
 
 

@@ -17,12 +17,12 @@ import pytest
 import redis
 
 from baton.errors import FeedCompacted, StoreError, StoreTimeout, StoreUnavailable
+from baton.local.waiting import store_reachable
 from baton.store import ChangeKind, Put, open_store
 from baton.store.base import make_position, parse_position
 from baton.store.redis import RedisStore
 from baton.testing import await_for, free_port
 from baton.testing.servers import RedisServer
-from baton.testing.waiting import store_reachable
 from tests.conformance.test_store import next_changes, wait_expired
 
 

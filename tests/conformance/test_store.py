@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from baton.errors import ConfigError, FeedCompacted, StoreError
+from baton.local.waiting import store_reachable
 from baton.store import (
     Change,
     ChangeKind,
@@ -21,7 +22,6 @@ from baton.store import (
 )
 from baton.store.base import make_position, parse_position
 from baton.testing import await_for, free_port
-from baton.testing.waiting import store_reachable
 from tests.conftest import Backend
 
 

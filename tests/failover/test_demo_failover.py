@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from baton.demo.failover import failover_part
-from baton.testing.processes import descendants
+from baton.local.processes import descendants
 
 EXPECTED = [
     "store failover: 2 Redis servers, 2 clients, 1 server",

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from baton.errors import ConfigError
+from baton.local.ports import free_port
 from baton.node.agent import NodeAgent
 from baton.node.config import load
 from baton.store.master_file import read_master
 from baton.testing import await_for
 from baton.testing.failover import RedisGroup
-from baton.testing.servers import RedisServer, free_port
+from baton.testing.servers import RedisServer
 from tests.node.test_start_waits import node_agent
 
 TOKEN = "cluster-token-0123456789"

@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from baton.chaos.net import Network
+from baton.local.processes import Proc
 from baton.store.master_file import Address, read_master
 from baton.testing import wait_for
 from baton.testing.failover import FAST, baton_exe
-from baton.testing.processes import Proc
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("nft") is None or shutil.which("ip") is None,

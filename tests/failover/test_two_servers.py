@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from baton.local.processes import Proc
 from baton.store.master_file import Address
 from baton.testing import wait_for
 from baton.testing.failover import (
@@ -18,7 +19,6 @@ from baton.testing.failover import (
     failover_client,
     failover_server,
 )
-from baton.testing.processes import Proc
 
 
 def _one_master_in_every_file(clients: list[ClientRole], old: Address) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from baton.testing.cluster import LocalCluster
+from baton.local.cluster import LocalCluster
 
 #: The cascade operations (``baton/node/api_cascade.py``).
 CASCADE = {

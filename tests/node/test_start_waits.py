@@ -18,12 +18,13 @@ import pytest
 
 from baton.errors import LeaseError
 from baton.keys import node_record
+from baton.local.ports import free_port
 from baton.node.agent import NodeAgent
 from baton.node.config import load
 from baton.store import open_store
 from baton.store.redis import SOCKET_TIMEOUT
 from baton.testing import await_for
-from baton.testing.servers import RedisServer, free_port
+from baton.testing.servers import RedisServer
 
 TOKEN = "cluster-token-0123456789"
 TTL = 1.0

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from baton.keys import GROUPS, NODES, OBJECTS
+from baton.local.cluster import LocalCluster
 from baton.placement.records import (
     ObjectSpec,
     create_object,
@@ -26,7 +27,6 @@ from baton.placement.records import (
     set_drain,
 )
 from baton.store import ChangeKind, open_store
-from baton.testing.cluster import LocalCluster
 from baton.testing.network import Firewall
 from tests.conftest import Backend
 

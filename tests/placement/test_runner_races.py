@@ -21,13 +21,13 @@ from baton.cascade import commands, node_ops
 from baton.cascade.model import Role
 from baton.errors import CascadeError
 from baton.keys import GROUPS, OBJECTS
+from baton.local.waiting import await_for, wait_for
 from baton.placement.model import GroupRecord, ObjectSpec
 from baton.placement.records import dump
 from baton.placement.runner import Runner
 from baton.placement.workload import Workload, WorkloadContext
 from baton.service.workload import CascadeWorker
 from baton.store import Store, open_store
-from baton.testing.waiting import await_for, wait_for
 from baton.testing.workload import create_accounts
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from baton.errors import ConfigError
 from baton.keys import group_terms
+from baton.local.waiting import store_reachable
 from baton.placement.controller import settle
 from baton.placement.decide import NodeView, Observed
 from baton.placement.records import (
@@ -23,7 +24,6 @@ from baton.placement.records import (
 )
 from baton.store import Lease, Store
 from baton.testing import await_for
-from baton.testing.waiting import store_reachable
 from tests.conftest import Backend
 
 NODES = ("n0", "n1", "n2")

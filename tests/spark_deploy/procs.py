@@ -10,9 +10,9 @@ from pathlib import Path
 from baton.cascade import commands
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
 from baton.testing.cascade import root_and_branch, root_ticked
-from baton.testing.processes import Proc
-from baton.testing.waiting import wait_for
 from baton.testing.workload import Writer, create_accounts
 
 BATON = str(Path(sys.executable).with_name("baton"))

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from baton.cascade.db import open_node_db
+from baton.local.cluster import LocalCluster
+from baton.local.waiting import wait_for
 from baton.placement.records import create_object, make_object
 from baton.service.worker import query_owner
 from baton.store import open_store
 from baton.testing.cascade import root_and_branch, root_ticked
-from baton.testing.cluster import LocalCluster
 from baton.testing.spark_servers import ConnectServer
-from baton.testing.waiting import wait_for
 from baton.testing.workload import Writer
 from tests.spark_deploy.procs import Cascade
 

@@ -11,8 +11,8 @@ import os
 import signal
 from pathlib import Path
 
+from baton.local.waiting import wait_for
 from baton.testing.spark_servers import StandaloneCluster
-from baton.testing.waiting import wait_for
 from tests.spark_deploy.procs import Cascade
 
 

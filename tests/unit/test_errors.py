@@ -134,9 +134,9 @@ def test_kinds() -> None:
 
 
 def test_old_import_paths_name_the_same_classes() -> None:
+    from baton.local.waiting import WaitTimeout
     from baton.node.peers import PeerError
     from baton.placement.workload import NotLeader
-    from baton.testing.waiting import WaitTimeout
 
     assert commands.Refused is Refused and commands.NotFinished is NotFinished
     assert NotLeader is errors.NotLeader and PeerError is errors.PeerError

@@ -62,7 +62,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("baton.channels", "baton.failover"),
     # The node agent: membership, the controller role, the HTTP API; runs workloads.
     ("baton.node",),
-    # The public test kit: local clusters, servers, processes.
+    # ``baton up``'s local cluster: node processes on one host, and the process, port and
+    # waiting tools it is built on (it starts ``baton node`` by its command, never imports it).
+    ("baton.local",),
+    # The public test kit: servers, fenced resources, cascades and channels in one process;
+    # re-exports the local cluster's tools.
     ("baton.testing",),
     # The fault campaign (``python -m baton.chaos``): network namespaces, faults, a history and
     # its checker, over a cluster of real processes started with the test kit.

@@ -9,8 +9,8 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
+from baton.local.waiting import wait_for
 from baton.node.stall import LoopWatchdog, where
-from baton.testing.waiting import wait_for
 
 
 def hold_the_loop(seconds: float) -> None:

@@ -25,10 +25,10 @@ from typing import Any, Self, TypeVar
 
 import httpx
 
-from baton.testing.processes import Proc
-from baton.testing.servers import free_port
-from baton.testing.waiting import Falsy
-from baton.testing.waiting import wait_for as _wait_for
+from baton.local.ports import free_port
+from baton.local.processes import Proc
+from baton.local.waiting import Falsy
+from baton.local.waiting import wait_for as _wait_for
 
 T = TypeVar("T")
 
