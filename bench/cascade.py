@@ -45,8 +45,9 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.set_ops import CascadeSet, set_paused
 from baton.errors import CascadeError, FencedOut
+from baton.service.mode import MODES
 from baton.service.node import NodeService
-from baton.service.worker import MICRO_BATCH, MODES
+from baton.service.worker import MICRO_BATCH
 from baton.testing.servers import PostgresServer
 from bench import accounts_load
 from bench.common import PeakMemory, loadavg, node_locations, step_service, temp_dir
@@ -354,14 +355,15 @@ def apply_efficiency(spark: SparkSession, directory: Path, changes: int) -> dict
 
 
 def _low_latency_step_seconds(root: str, leaf: str, changes: int) -> float:
-    from baton.service.task import APPLIED, Follow, step
+    from baton.cascade.batches import Outcome
+    from baton.service.task import Follow, step
 
     spec = Follow(leaf, "r", root, epoch=1, max_events=changes * 2)
     with open_node_db(leaf) as db, open_node_db(root, readonly=True) as src:
         t0 = time.monotonic()
         done = step(db, src, spec)
         seconds = time.monotonic() - t0
-    if done != APPLIED:
+    if done is not Outcome.APPLIED:
         raise RuntimeError(f"the low-latency step applied nothing: {done}")
     return seconds
 

@@ -26,7 +26,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from baton.service.worker import MICRO_BATCH, MODES
+from baton.service.mode import MODES
+from baton.service.worker import MICRO_BATCH
 from bench import accounts_load
 from bench.cascade import _warm, baton_set, bench_session
 from bench.common import REPO, loadavg, quantile, temp_dir

@@ -9,7 +9,7 @@ object) is :mod:`baton.service`.
 - :mod:`~baton.cascade.ticker`: ticks and the global watermark at the root;
 - :mod:`~baton.cascade.watermark`: providers pulling their subscribers' watermarks;
 - :mod:`~baton.cascade.apply`: one micro-batch applied in one fenced transaction, and the one
-  rule for a key's last event (:func:`~baton.cascade.apply.reduce_events`);
+  rule for a key's last event (:func:`~baton.cascade.batches.reduce_events`);
 - :mod:`~baton.cascade.compare`: a table's row count and checksum, the tick a node reflects;
 - :mod:`~baton.cascade.node_ops`: operations on one node (the name, event-type and table-shape
   rules; create, add a table, copy, emit);

@@ -19,8 +19,8 @@ its tick T or later, and a trigger on the table (an audit table) would see the r
 twice. Those are skipped: events up to T (the table's copy tick) and, after T, the ones the copy
 names (:meth:`~baton.cascade.db.NodeDB.reflected`). Skipping a key's last event of a batch when
 the copy shows it is right: a snapshot that shows a key's event shows its earlier ones. A key's
-last event is found by :func:`reduce_events` alone: the Spark sink and a table copy's catch-up
-both use it.
+last event is found by :func:`~baton.cascade.batches.reduce_events` alone: the Spark sink, the
+low-latency task and a table copy's catch-up all use it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from baton.cascade import queue_events
+from baton.cascade.batches import Outcome
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB
 from baton.cascade.model import (
@@ -52,22 +53,7 @@ class ApplyResult:
     position: int
     rows: int = 0
     events: int = 0
-    detail: str = ""
-
-
-def reduce_events(events: Iterable[Event]) -> list[Event]:
-    """The last row event of every (table, key), in id order (what a batch leaves behind).
-
-    The one definition of "a key's last event": the Spark sink's decoding of a micro-batch
-    (:func:`baton.spark.rows.decode`) and a table copy's catch-up
-    (:func:`baton.cascade.node_ops.copy_table`) both use it."""
-    last: dict[tuple[str, str], Event] = {}
-    for e in events:
-        if e.type in ROW_TYPES and e.table is not None and e.key is not None:
-            current = last.get((e.table, e.key))
-            if current is None or e.ev_id > current.ev_id:
-                last[(e.table, e.key)] = e
-    return sorted(last.values(), key=lambda e: e.ev_id)
+    outcome: Outcome = Outcome.APPLIED
 
 
 def rows_by_table(
@@ -223,7 +209,7 @@ def apply_batch(
     docstring. ``events`` (every event, for the queue copy) is needed on a branch. ``provider``
     is the node the batch was read from: nothing is applied unless it is still the node's."""
     if not ticks:
-        return ApplyResult(False, db.state().position, detail="no tick")
+        return ApplyResult(False, db.state().position, outcome=Outcome.NO_TICK)
     first, end = ticks[0].tick_id, ticks[-1].tick_id
     with db.transaction() as cur:
         st = db.state()
@@ -232,15 +218,15 @@ def apply_batch(
                 f"worker epoch {epoch} is stale: epoch {st.epoch} already applied to {st.name}"
             )
         if end <= st.position:
-            return ApplyResult(False, st.position, detail="already applied")
+            return ApplyResult(False, st.position, outcome=Outcome.ALREADY_APPLIED)
         if provider is not None and st.provider != provider:
             # Read from a provider the node has left (change-provider, failover): its ticks may
             # not be the set's any more. The worker restarts on the new provider.
-            return ApplyResult(False, st.position, detail="provider changed")
+            return ApplyResult(False, st.position, outcome=Outcome.PROVIDER_CHANGED)
         if st.paused:
             # Nothing applied: the worker's next start (or the next micro-batch after resume)
             # reads from the stored position again.
-            return ApplyResult(False, st.position, detail="paused")
+            return ApplyResult(False, st.position, outcome=Outcome.PAUSED)
         if first != st.position + 1:
             raise CascadeError(
                 f"{st.name} is at tick {st.position} but the batch starts at tick {first}"
@@ -249,7 +235,7 @@ def apply_batch(
             # The merge-leaf of a combined-failover only tracks: its position moves with the
             # partition ticks the combined set brings (NodeDB.track_partition). A combined
             # root handing its role over (a switchover) merges nothing after its last tick.
-            return ApplyResult(False, st.position, detail="tracking")
+            return ApplyResult(False, st.position, outcome=Outcome.TRACKING)
         tables = db.tables()
         skip = {t: db.table_tick(t) for t in tables}
         reflected = db.reflected()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,8 +181,20 @@ def create_subscriber(
 
 #: How a queue-only branch's role is shown (``Created.role``, ``create-node``'s TYPE).
 QUEUE_ONLY_ROLE = "queue-only"
-#: The node types of :func:`create_node`.
-NODE_TYPES = ("root", "branch", "leaf", QUEUE_ONLY_ROLE, "merge-leaf")
+
+
+class NodeType(StrEnum):
+    """The node types of :func:`create_node` (``create-node``'s TYPE)."""
+
+    ROOT = "root"
+    BRANCH = "branch"
+    LEAF = "leaf"
+    QUEUE_ONLY = QUEUE_ONLY_ROLE
+    MERGE_LEAF = "merge-leaf"
+
+
+#: The node types of :func:`create_node`, as the CLI lists them.
+NODE_TYPES = tuple(t.value for t in NodeType)
 
 
 def create_node(
@@ -200,7 +213,8 @@ def create_node(
     and LOCATION (or ``host``, the same) is the combined set's node that hosts it."""
     if type_ not in NODE_TYPES:
         raise CascadeInputError(f"bad node type {type_!r}: use one of {', '.join(NODE_TYPES)}")
-    if type_ == "root":
+    kind = NodeType(type_)
+    if kind is NodeType.ROOT:
         if set_name is None:
             raise CascadeInputError("a root needs --set SET (the new set's name)")
         if provider is not None or host is not None:
@@ -210,7 +224,7 @@ def create_node(
         raise CascadeInputError(f"a {type_} needs a provider (--provider NODE) and --via")
     if set_name is not None:
         raise CascadeInputError(f"a {type_} joins the set of its provider: leave out --set")
-    if type_ == "merge-leaf":
+    if kind is NodeType.MERGE_LEAF:
         host = normalise(host or location)
         if host != normalise(location):
             raise CascadeInputError(
@@ -220,9 +234,9 @@ def create_node(
         return create_merge_leaf(name, host, provider, via)
     if host is not None:
         raise CascadeInputError(f"a {type_} has no host: --host is for a merge-leaf")
-    role = Role.LEAF if type_ == "leaf" else Role.BRANCH
+    role = Role.LEAF if kind is NodeType.LEAF else Role.BRANCH
     return create_subscriber(
-        role, name, location, provider, via, queue_only=type_ == QUEUE_ONLY_ROLE
+        role, name, location, provider, via, queue_only=kind is NodeType.QUEUE_ONLY
     )
 
 
@@ -733,6 +747,7 @@ __all__ = [
     "FailedOver",
     "Kind",
     "Missing",
+    "NodeType",
     "NotFinished",
     "Paused",
     "ProviderChanged",

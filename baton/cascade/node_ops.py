@@ -14,10 +14,10 @@ from pathlib import Path
 from baton.cascade.apply import (
     apply_batch,
     partition_tick,
-    reduce_events,
     rows_by_table,
     write_rows,
 )
+from baton.cascade.batches import reduce_events
 from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.db.base import split_location
 from baton.cascade.model import ROW_TYPES, Event, NodeState, Role, TableCopy
@@ -329,7 +329,7 @@ def _apply_table_events(
     db: NodeDB, cur: object, table: str, events: Iterable[Event], shown: Collection[int] = ()
 ) -> None:
     """Apply ``events`` to ``table`` as a micro-batch is applied: each key's last event
-    (:func:`~baton.cascade.apply.reduce_events`), set-wise, but for those whose id is in
+    (:func:`~baton.cascade.batches.reduce_events`), set-wise, but for those whose id is in
     ``shown`` (the copy already shows them)."""
     reduced = reduce_events(events)
     write_rows(db, cur, rows_by_table(db, reduced, {table: "ok"}, {}, {table: shown}))

@@ -895,7 +895,8 @@ def catch_up(c: CascadeSet, node: str, source: str) -> int:
     same queue further) has after ``node``'s position, as its worker would; the new position.
     A failover uses it before promoting ``node``."""
     # Imported here: the apply step's queue-event handlers use the set operations.
-    from baton.cascade.apply import apply_batch, reduce_events
+    from baton.cascade.apply import apply_batch
+    from baton.cascade.batches import reduce_events
 
     with c.db(node) as db:
         st = db.state()

@@ -61,6 +61,7 @@ from baton.errors import (
 )
 from baton.keys import node_record
 from baton.lease.keeper import LeaseKeeper
+from baton.lease.role import Role
 from baton.lease.timings import Timings
 from baton.logs import describe
 from baton.store import Lease, Store
@@ -121,7 +122,7 @@ class _Sub:
 class _Stream:
     channel: Channel
     handler: Handler
-    role: str = "none"  # leader, follower, none
+    role: Role = Role.NONE  # leader, follower, none
     epoch: int = 0
     leader: str | None = None
     offset: int = 0
@@ -255,7 +256,7 @@ class ChannelHub:
         relays it, by name (the lease is reserved for it), and accept no more subscribers."""
         self._stopping = True
         for stream in list(self.streams.values()):
-            if stream.role == "leader":
+            if stream.role == Role.LEADER:
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(self.timings.lease.request_timeout * 4):
                         await self._stop_stream(stream, handover=True)
@@ -394,7 +395,7 @@ class ChannelHub:
         stream = self.streams.get(channel_name)
         if (
             stream is None
-            or stream.role != "leader"
+            or stream.role != Role.LEADER
             or stream.epoch != epoch
             or self.keeper.get(lease_name(channel_name)) is None
         ):
@@ -469,7 +470,7 @@ class ChannelHub:
     async def _initial(
         self, stream: _Stream, user: User, epoch: int, since: int | None = None
     ) -> dict[str, Any]:
-        if stream.role == "leader":
+        if stream.role == Role.LEADER:
             return await self.survey(stream.name, user, epoch)
         if since is not None:
             return await self._forwarded(stream, user, epoch, since)
@@ -509,7 +510,7 @@ class ChannelHub:
         (``recovered``: a subscriber of this epoch coming back, already allowed in it)."""
         stream = self.streams.get(channel_name)
         lease = self.keeper.get(lease_name(channel_name))
-        if stream is None or stream.role != "leader" or lease is None or lease.epoch != epoch:
+        if stream is None or stream.role != Role.LEADER or lease is None or lease.epoch != epoch:
             raise ChannelUnavailable(f"{self.node} does not lead {channel_name} at epoch {epoch}")
         offset = stream.offset
         if since is not None and since <= offset:
@@ -583,7 +584,7 @@ class ChannelHub:
     async def _ensure(self, stream: _Stream) -> None:
         """Make sure this node leads ``stream`` or follows its leader (under the stream's
         lock); leaves ``epoch`` 0 when that cannot be decided now."""
-        if stream.epoch and (stream.role == "leader" or stream.task is not None):
+        if stream.epoch and (stream.role == Role.LEADER or stream.task is not None):
             return
         await self._recheck(stream)
 
@@ -613,9 +614,9 @@ class ChannelHub:
             if current is None:
                 return  # free, but nobody here wants it (or reserved for another node)
             if current.epoch == stream.epoch and current.holder == (
-                self.node if stream.role == "leader" else stream.leader
+                self.node if stream.role == Role.LEADER else stream.leader
             ):
-                if stream.role == "follower" and (stream.task is None or stream.task.done()):
+                if stream.role == Role.FOLLOWER and (stream.task is None or stream.task.done()):
                     self._follow(stream, current)
                 return
             if current.epoch < stream.max_epoch:
@@ -672,7 +673,7 @@ class ChannelHub:
         self._count()
 
     def _lead(self, stream: _Stream, lease: Lease) -> None:
-        stream.role = "leader"
+        stream.role = Role.LEADER
         self._leading.set()
         stream.ctx = Context(
             self.node, stream.channel, lease.epoch, self.store, self._settings(stream.channel)
@@ -683,7 +684,7 @@ class ChannelHub:
         self.metrics.upstreams.inc()
 
     def _follow(self, stream: _Stream, lease: Lease) -> None:
-        stream.role = "follower"
+        stream.role = Role.FOLLOWER
         stream.ctx = None
         stream.task = asyncio.create_task(
             self._relay(stream, lease.holder, lease.epoch), name=f"relay:{stream.name}"
@@ -696,7 +697,7 @@ class ChannelHub:
         """Stop the upstream or relay of ``stream``; ``notify``: tell the relays that follow
         it (else call :meth:`_notify_relays` once the lease is dealt with)."""
         task, stream.task = stream.task, None
-        was_leader, stream.role = stream.role == "leader", "none"
+        was_leader, stream.role = stream.role == Role.LEADER, Role.NONE
         stream.relay_up = False
         if stream.ctx is not None:
             stream.ctx.stopping.set()
@@ -728,12 +729,12 @@ class ChannelHub:
 
     def _on_lost(self, name: str, reason: LossReason) -> None:
         stream = self.streams.get(name.removeprefix(LEASES))
-        if stream is not None and stream.role == "leader" and not stream.finished:
+        if stream is not None and stream.role == Role.LEADER and not stream.finished:
             log.warning("channel leadership lost", extra={"channel": stream.name, "reason": reason})
             self._spawn(self._lost(stream), f"lost:{stream.name}")
 
     async def _lost(self, stream: _Stream) -> None:
-        if stream.role != "leader":
+        if stream.role != Role.LEADER:
             return
         await self._halt(stream, f"{self.node} lost the leadership of {stream.name}")
         stream.epoch = 0  # re-decided at once: someone else leads, or we take it again
@@ -746,13 +747,13 @@ class ChannelHub:
         while True:
             # An idle node (leading no channel) does not wake ten times a second for nothing.
             self._leading.clear()
-            if not any(s.role == "leader" for s in self.streams.values()):
+            if not any(s.role == Role.LEADER for s in self.streams.values()):
                 await self._leading.wait()
             await asyncio.sleep(self.timings.watchdog)
             for stream in list(self.streams.values()):
                 ctx = stream.ctx
                 if (
-                    stream.role == "leader"
+                    stream.role == Role.LEADER
                     and self.keeper.get(lease_name(stream.name)) is None
                     and ctx is not None
                     and not ctx.stopping.is_set()
@@ -765,7 +766,7 @@ class ChannelHub:
         channels whose lease is gone or at another epoch; a failed read changes nothing."""
         while True:
             await asyncio.sleep(self.timings.check_interval)
-            watched = [s for s in self.streams.values() if s.role != "leader" and s.subs]
+            watched = [s for s in self.streams.values() if s.role != Role.LEADER and s.subs]
             if not watched:
                 continue
             try:
@@ -981,7 +982,7 @@ class ChannelHub:
         """Stop following or leading ``stream``; a leader hands the lease to a node that
         relays it (``handover``) or releases it."""
         successor = None
-        if handover and stream.role == "leader":
+        if handover and stream.role == Role.LEADER:
             peers = sorted({s.peer for s, sub in stream.subs.items() if sub.relay and s.peer})
             successor = peers[0] if peers else None
         lease = self.keeper.get(lease_name(stream.name))
@@ -1067,7 +1068,7 @@ class ChannelHub:
                 )  # fmt: skip
                 if row["subscribers"]:
                     item["subscribers"][node] = row["subscribers"]
-                if row["role"] == "leader" and row["epoch"] == item["epoch"]:
+                if row["role"] == Role.LEADER and row["epoch"] == item["epoch"]:
                     item["offset"] = row["offset"]
         return [out[k] for k in sorted(out)]
 

@@ -260,10 +260,8 @@ def lose_root(cluster: ChaosCluster, harness: History) -> None:
     writer.hold()
     harness.record("root-loss", root=old, step="lost", acked=writer.acked)
     via = cluster.location(cluster.subscribers()[0])
-    out = cluster.cli("cascade", "failover", old, "--via", via)
-    new = next(
-        line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("new root:")
-    )
+    out = cluster.cli("cascade", "failover", old, "--via", via, "--json")
+    new = str(json.loads(out)["new_root"])
     cluster.root = new
     harness.record("root-loss", root=new, step="failover", old=old, output=out)
     writer.move_to(node_db(cluster.dir, new))

@@ -419,10 +419,14 @@ def switchover(
 @cascade.command("failover")
 @click.argument("dead_root")
 @via_option
+@json_option
 @_handled
-def failover(dead_root: str, via: str | None) -> None:
+def failover(dead_root: str, via: str | None, as_json: bool) -> None:
     """Unplanned: DEAD_ROOT is gone. Promote the live branch with the highest tick."""
     r = commands.failover(_via(via), dead_root)
+    if as_json:
+        _echo_json(dataclasses.asdict(r))
+        return
     click.echo(f"new root: {r.new_root}")
     click.echo(f"fork tick: {r.fork}")
     for note in r.notes:

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from baton.cli.common import need_store, run_async, store_option
+from baton.service.mode import MODES, Mode
 
 
 @click.command("run")
@@ -23,8 +24,8 @@ from baton.cli.common import need_store, run_async, store_option
 )
 @click.option(
     "--mode",
-    type=click.Choice(["micro-batch", "low-latency"]),
-    default="micro-batch",
+    type=click.Choice(MODES),
+    default=Mode.MICRO_BATCH.value,
     show_default=True,
     help="How the worker applies: Structured Streaming micro-batches, or one long-running "
     "Spark task (a hop's lag in tens of milliseconds; takes one Spark task slot while it runs; "
@@ -88,7 +89,7 @@ def run(  # noqa: PLR0917 (click passes every option by position)
         at = where(spark_master, spark_remote)  # the options, else BATON_SPARK_*, else local
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    if at.remote and mode == "low-latency":
+    if at.remote and Mode(mode) is Mode.LOW_LATENCY:
         raise click.UsageError(
             "--mode low-latency runs a Spark task through RDDs, which Spark Connect does not "
             "have: use --mode micro-batch with a remote, or a --spark-master"

@@ -34,6 +34,7 @@ import prometheus_client as prom
 from baton.errors import Deposed, LeaseLost, PeerError, StoreError
 from baton.keys import GROUPS, MEMBERS, NODES, group_record, group_terms
 from baton.lease.election import Election, Term
+from baton.lease.role import Role
 from baton.logs import describe
 from baton.placement.decide import Decision, NodeView, Observed, decide
 from baton.placement.model import GroupRecord, dump
@@ -274,12 +275,12 @@ class PlacementController:
                     if rep is not None:
                         todo.setdefault(node, set()).add(key)
                     continue
-                want = "leader" if node == group.leader else "follower"
+                want = Role.LEADER if node == group.leader else Role.FOLLOWER
                 if (
                     rep is None
                     or rep.get("term") != group.term
                     or rep.get("role") != want
-                    or (want == "follower" and rep.get("leader") != group.leader)
+                    or (want == Role.FOLLOWER and rep.get("leader") != group.leader)
                 ):
                     todo.setdefault(node, set()).add(key)
         for node, reports in obs.reports.items():

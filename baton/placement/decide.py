@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from baton.lease.role import Role
 from baton.placement.model import TYPE_LABEL, GroupRecord, ObjectSpec, Transfer, group_key
 from baton.placement.plan import GroupDemand, NodeSlot, Placement, place
 
@@ -79,8 +80,8 @@ def _in_sync(obs: Observed, g: GroupRecord) -> bool:
         rep = _report(obs, m, g.key)
         if rep is None or rep.get("term") != g.term or rep.get("error"):
             return False
-        want = "leader" if m == g.leader else "follower"
-        if rep.get("role") != want or (want == "follower" and rep.get("leader") != g.leader):
+        want = Role.LEADER if m == g.leader else Role.FOLLOWER
+        if rep.get("role") != want or (want == Role.FOLLOWER and rep.get("leader") != g.leader):
             return False
     return bool(g.members)
 

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from baton import logs
 from baton.errors import BatonError, StoreError
 from baton.keys import GROUPS, group_record, object_record
+from baton.lease.role import Role
 from baton.placement.model import GroupRecord, parse_group, parse_object
 from baton.placement.workload import Fetch, NotLeader, Workload, WorkloadContext
 from baton.store import Store
@@ -61,7 +62,7 @@ class Member:
     #: None when the workload could not be created (``error`` says why; tried again on the
     #: next command).
     workload: Workload | None
-    role: str = "none"  # "leader", "follower" or "none" (placed but not started)
+    role: Role = Role.NONE
     term: int = 0
     leader: str | None = None
     error: str = ""
@@ -211,13 +212,13 @@ class Runner:
         if want_leader and not self.may_lead():
             want_leader = False  # without membership this node leads nothing
         if group.leader is None:
-            role, leader = "none", None
+            role, leader = Role.NONE, None
         elif want_leader:
-            role, leader = "leader", self.node_id
+            role, leader = Role.LEADER, self.node_id
         elif group.leader == self.node_id:
-            role, leader = "none", None
+            role, leader = Role.NONE, None
         else:
-            role, leader = "follower", group.leader
+            role, leader = Role.FOLLOWER, group.leader
         if (member.role, member.term, member.leader) == (role, group.term, leader):
             return
         # A term only moves forward: a record older than what this member runs is ignored.
@@ -226,9 +227,9 @@ class Runner:
         assert member.workload is not None  # the caller creates it first
         try:
             await self._stop(member)
-            if role == "leader":
+            if role == Role.LEADER:
                 await member.workload.start_leader(group.term)
-            elif role == "follower" and leader is not None:
+            elif role == Role.FOLLOWER and leader is not None:
                 await member.workload.start_follower(leader, group.term)
             member.role, member.term, member.leader, member.error = role, group.term, leader, ""
             log.info(
@@ -248,12 +249,12 @@ class Runner:
         try:
             if member.workload is None:
                 pass
-            elif member.role == "leader":
+            elif member.role == Role.LEADER:
                 await member.workload.stop_leader()
-            elif member.role == "follower":
+            elif member.role == Role.FOLLOWER:
                 await member.workload.stop_follower()
         finally:
-            member.role, member.leader = "none", None
+            member.role, member.leader = Role.NONE, None
 
     async def watch_demotions(self) -> None:
         """Stop a leader role the moment the store shows this node was deposed (another leader
@@ -269,7 +270,7 @@ class Runner:
                     since = change.position
                     key = change.key.removeprefix(GROUPS)
                     member = self.members.get(key)
-                    if member is None or member.role != "leader":
+                    if member is None or member.role != Role.LEADER:
                         continue
                     group = parse_group(change.value) if change.value else None
                     if self._deposed(member, group):
@@ -289,14 +290,14 @@ class Runner:
     async def _demote(self, key: str, group: GroupRecord | None) -> None:
         async with self._lock(key):
             member = self.members.get(key)  # a sync may have moved it on meanwhile
-            if member is not None and member.role == "leader" and self._deposed(member, group):
+            if member is not None and member.role == Role.LEADER and self._deposed(member, group):
                 await self._stop(member)
                 log.warning("group leader role stopped: deposed in the store", extra={"group": key})
 
     def drop_leaders(self) -> None:
         """Membership lost: stop every leader role now (scheduled before any await returns)."""
         for key, member in self.members.items():
-            if member.role == "leader":
+            if member.role == Role.LEADER:
                 self._keep(asyncio.ensure_future(self._drop(key)))
 
     async def _drop(self, key: str) -> None:
@@ -304,7 +305,7 @@ class Runner:
             # Whatever member the group has by now (a sync may have replaced or removed the
             # one seen when this was scheduled).
             member = self.members.get(key)
-            if member is not None and member.role == "leader":
+            if member is not None and member.role == Role.LEADER:
                 await self._stop(member)
                 log.warning("group leader role stopped: membership lost", extra={"group": key})
 
@@ -336,7 +337,7 @@ class Runner:
                     index, live = -1, False
                 else:
                     index = m.workload.commit_index()
-                    live = m.workload.stream_live() if m.role == "follower" else False
+                    live = m.workload.stream_live() if m.role == Role.FOLLOWER else False
             except Exception as exc:
                 index, live, m.error = -1, False, describe(exc)
             out.append(
@@ -355,7 +356,7 @@ class Runner:
     async def serve(self, key: str, request: dict[str, Any]) -> dict[str, Any]:
         """A follower's fetch for group ``key``; only this group's leader answers."""
         member = self.members.get(key)
-        if member is None or member.role != "leader" or member.workload is None:
+        if member is None or member.role != Role.LEADER or member.workload is None:
             raise NotLeader(f"{self.node_id} does not lead {key}")
         return await member.workload.serve(request)
 

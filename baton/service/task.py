@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from baton.cascade.batches import Outcome
 from baton.errors import CascadeError, FencedOut
 
 if TYPE_CHECKING:
@@ -79,10 +80,10 @@ class Follow:
     poll: float = POLL
 
 
-def follow(spec: Follow) -> str:
+def follow(spec: Follow) -> Outcome:
     """Apply every batch the provider ticks to the node, one transaction per step, until the
-    node no longer follows ``spec.provider_name`` at ``spec.epoch``: returns why (``"paused"``,
-    ``"provider changed"``, ``"fenced"``, ``"promoted"``). Runs in a Spark task."""
+    node no longer follows ``spec.provider_name`` at ``spec.epoch``: returns why (an
+    :class:`Outcome` that :attr:`~Outcome.ends_following`). Runs in a Spark task."""
     from baton.cascade.db import open_node_db
 
     with (
@@ -91,53 +92,46 @@ def follow(spec: Follow) -> str:
     ):
         while True:
             done = step(db, src, spec)
-            if done == IDLE:
+            if done is Outcome.IDLE:
                 time.sleep(spec.poll)
-            elif done != APPLIED:
+            elif done.ends_following:
                 return done
 
 
-#: What :func:`step` did when the node goes on following.
-APPLIED, IDLE = "applied", "idle"
-
-
-def step(db: NodeDB, src: NodeDB, spec: Follow) -> str:
-    """One look at the provider ``src`` for the node ``db``: apply the next micro-batch in one
-    fenced transaction (:data:`APPLIED`), find nothing new (:data:`IDLE`), or say why the node
-    is no longer this task's to follow."""
-    from baton.cascade.apply import apply_batch, reduce_events
-    from baton.cascade.model import ROW_TYPES
-    from baton.spark.source import batch_ticks, next_end
+def step(db: NodeDB, src: NodeDB, spec: Follow) -> Outcome:
+    """One look at the provider ``src`` for the node ``db``: apply the next batch in one
+    fenced transaction (``APPLIED``), find nothing new (``IDLE``), or say why the node is no
+    longer this task's to follow."""
+    from baton.cascade.apply import apply_batch
+    from baton.cascade.batches import next_end, read_batch
 
     st = db.state()
     if st.epoch > spec.epoch:
-        return "fenced"
+        return Outcome.FENCED
     if st.paused:
-        return "paused"
+        return Outcome.PAUSED
     if st.provider is None:
-        return "promoted"
+        return Outcome.PROMOTED
     if st.provider != spec.provider_name:
-        return "provider changed"
+        return Outcome.PROVIDER_CHANGED
     end = next_end(src, st.position, spec.max_ticks, spec.max_events)
     if end <= st.position:
-        return IDLE
-    ticks = batch_ticks(src, spec.provider, st.position, end)
-    events = list(src.batch_events(st.position, end))
-    reduced = reduce_events(events)
-    if not st.needs_events:
-        events = [e for e in events if e.type not in ROW_TYPES]
+        return Outcome.IDLE
+    batch = read_batch(src, spec.provider, st.position, end, st.needs_events)
     try:
-        result = apply_batch(db, ticks, reduced, events, spec.epoch, provider=spec.provider_name)
+        result = apply_batch(
+            db, batch.ticks, batch.reduced, batch.events, spec.epoch, provider=spec.provider_name
+        )
     except FencedOut:
         # A newer worker applied between this one's look at the epoch and its transaction:
         # nothing of this one's was applied, and nothing will be.
-        return "fenced"
-    if result.detail in {"tracking", "paused", "provider changed"}:
-        return result.detail  # a merge-leaf whose host is not the combined root, ...
-    return APPLIED
+        return Outcome.FENCED
+    # A merge-leaf whose host is not the combined root tracks, ...; a batch already applied
+    # (it cannot be: the position was read above) goes on.
+    return result.outcome if result.outcome.ends_following else Outcome.APPLIED
 
 
-def _run_partition(spec: Follow) -> Iterator[str]:
+def _run_partition(spec: Follow) -> Iterator[Outcome]:
     yield follow(spec)
 
 
@@ -147,7 +141,7 @@ class TaskQuery:
     def __init__(self, spark: SparkSession, spec: Follow) -> None:
         self._sc = spark.sparkContext
         self._error: BaseException | None = None
-        self.outcome: str | None = None
+        self.outcome: Outcome | None = None
         #: The task has ended (set last, by its thread): its slot is free.
         self.done = False
         self._stopping = False

@@ -28,6 +28,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.errors import CascadeError, CascadeInputError, FencedOut
+from baton.service.mode import MODES, Mode
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,12 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("baton.cascade")
 
-#: Structured Streaming micro-batches (the default; works on Spark Connect too).
-MICRO_BATCH = "micro-batch"
-#: One long-running Spark task per worker (:mod:`baton.service.task`): a hop's lag without the
-#: per-trigger cost, for one task slot per worker.
-LOW_LATENCY = "low-latency"
-MODES = (MICRO_BATCH, LOW_LATENCY)
+MICRO_BATCH = Mode.MICRO_BATCH
+LOW_LATENCY = Mode.LOW_LATENCY
 #: Sessions (by id) that have run a worker's first micro-batch; see :meth:`Worker.start`.
 _WARM: set[int] = set()
 _FIRST_START = threading.Lock()
@@ -95,7 +92,7 @@ class Worker:
         *,
         trigger: str = "0 seconds",
         max_ticks: int = 1000,
-        mode: str = "micro-batch",
+        mode: str = Mode.MICRO_BATCH,
         halt: threading.Event | None = None,
     ) -> None:
         """``halt``: set by the worker's owner when it stops it (a lost leadership); a start
@@ -103,6 +100,7 @@ class Worker:
         not held back by it."""
         if mode not in MODES:
             raise CascadeInputError(f"bad worker mode {mode!r}: use one of {', '.join(MODES)}")
+        mode = Mode(mode)
         from baton.spark.session import is_connect
 
         if mode == LOW_LATENCY and is_connect(spark):

@@ -11,11 +11,10 @@ holds every event.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baton.cascade.apply import reduce_events
-from baton.cascade.model import ROW_TYPES, Event, Tick
+from baton.cascade.batches import Batch, make_batch
+from baton.cascade.model import Event, Tick
 from baton.errors import CascadeError
 
 if TYPE_CHECKING:
@@ -60,16 +59,6 @@ def record_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, names=list(NAMES))
 
 
-@dataclass(frozen=True, slots=True)
-class MicroBatch:
-    """A decoded micro-batch: its ticks, the last row event of each (table, key), and the
-    events a node carrying the queue copies (every one; for a leaf only the non-row ones)."""
-
-    ticks: list[Tick]
-    reduced: list[Event]
-    events: list[Event]
-
-
 def _events(table: pa.Table) -> list[Event]:
     """The rows of ``table`` as events, in ``ev_id`` order."""
     import pyarrow.compute as pc
@@ -84,7 +73,7 @@ def _events(table: pa.Table) -> list[Event]:
     return list(map(Event._make, zip(*columns, strict=True)))
 
 
-def decode(table: pa.Table, carries_queue: bool, whole: bool = True) -> MicroBatch | None:
+def decode(table: pa.Table, needs_events: bool, whole: bool = True) -> Batch | None:
     """Decode a micro-batch given as an Arrow table of the source's columns; None when it
     holds no tick (an empty micro-batch). ``whole``: refuse a table that lacks some of the
     micro-batch's events (a repartitioned read), since applying part of one would skip the
@@ -110,11 +99,7 @@ def decode(table: pa.Table, carries_queue: bool, whole: bool = True) -> MicroBat
             f"micro-batch ending at tick {ticks[-1].tick_id} came in parts ({rest.num_rows} of "
             f"{datas[0]['events']} events): read it without repartitioning; nothing applied"
         )
-    events = _events(rest)
-    reduced = reduce_events(events)
-    if not carries_queue:
-        events = [e for e in events if e.type not in ROW_TYPES]
-    return MicroBatch(ticks, reduced, events)
+    return make_batch(ticks, _events(rest), needs_events)
 
 
 __all__ = [
@@ -122,7 +107,6 @@ __all__ = [
     "NAMES",
     "SCHEMA",
     "TICK_ROW",
-    "MicroBatch",
     "decode",
     "event_row",
     "record_batch",

@@ -37,6 +37,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from baton.cascade.batches import Outcome
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -64,11 +66,11 @@ def apply_arrow(
 class Applied(WriterCommitMessage):
     """What one ``write`` did (for Spark's progress and logs)."""
 
-    def __init__(self, applied: bool, position: int, events: int, detail: str) -> None:
+    def __init__(self, applied: bool, position: int, events: int, outcome: Outcome) -> None:
         self.applied = applied
         self.position = position
         self.events = events
-        self.detail = detail
+        self.outcome = outcome
 
 
 class BatonApplySink(DataSource):
@@ -101,7 +103,7 @@ class ApplyWriter(DataSourceStreamArrowWriter):
 
         batches = list(iterator)
         if not batches:
-            return Applied(False, 0, 0, "empty")
+            return Applied(False, 0, 0, Outcome.NO_TICK)
         try:
             result = apply_arrow(
                 pa.Table.from_batches(batches),
@@ -112,13 +114,13 @@ class ApplyWriter(DataSourceStreamArrowWriter):
         except FencedOut:
             # A newer worker applied here: nothing of this one's is applied ever again. Its
             # driver reads the node's epoch and stops the query (no failure for Spark to log).
-            return Applied(False, 0, 0, "fenced")
+            return Applied(False, 0, 0, Outcome.FENCED)
         if result is None:
-            return Applied(False, 0, 0, "no tick")
+            return Applied(False, 0, 0, Outcome.NO_TICK)
         # Not applied because the node was paused or moved to another provider: no error for
         # Spark to print, the worker sees the node's state and restarts the query from the
         # stored position (every micro-batch until then is refused the same way).
-        return Applied(result.applied, result.position, result.events, result.detail)
+        return Applied(result.applied, result.position, result.events, result.outcome)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing: the position was stored with the data, in the same transaction."""

@@ -30,44 +30,11 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from baton.cascade.db import NodeDB
-from baton.cascade.model import Tick
+from baton.cascade.batches import batch_ticks, next_end
 from baton.errors import CascadeError
 from baton.spark.rows import ARROW_ROWS, SCHEMA, event_row, record_batch, tick_rows
 
 log = logging.getLogger("baton.spark")
-
-
-def next_end(db: NodeDB, begin: int, max_ticks: int, max_events: int) -> int:
-    """The last tick of the next micro-batch after tick ``begin`` on the provider ``db``: every
-    tick there is, but at most ``max_ticks`` and ending at the first tick that takes it to about
-    ``max_events`` events (at least one tick). ``begin`` when nothing new was ticked."""
-    last = db.last_tick()
-    latest = last.tick_id if last else 0
-    end = max(begin, min(latest, begin + max_ticks))
-    if end > begin and last is not None and last.ev_high > max_events:
-        # Event ids grow with ticks (ev_high is the highest id a tick covers), so the id
-        # distance is about the number of events between two ticks.
-        ticks = db.ticks(max(begin - 1, 0), end)
-        low = 0 if begin == 0 else ticks[0].ev_high if ticks else None
-        if low is not None and (begin == 0 or ticks[0].tick_id == begin):
-            for t in ticks:
-                if t.tick_id > begin and t.ev_high - low >= max_events:
-                    return int(t.tick_id)
-    return end
-
-
-def batch_ticks(db: NodeDB, provider: str, start: int, end: int) -> list[Tick]:
-    """The ticks after ``start`` up to ``end`` on the provider ``db``, every one of them, or
-    :class:`CascadeError` (trimmed, or not a provider of that range)."""
-    ticks = db.ticks(start, end)
-    if not (ticks and ticks[-1].tick_id == end and ticks[0].tick_id == start + 1):
-        have = ticks[-1].tick_id if ticks else "none"
-        raise CascadeError(
-            f"{provider} lacks ticks {start + 1}..{end} (has up to {have}): trimmed or not a "
-            "provider"
-        )
-    return list(ticks)
 
 
 class TickRange(InputPartition):

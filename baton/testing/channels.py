@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from baton.channels.client import Client, Message
 from baton.channels.handler import Channel, Context, Handler, User
+from baton.lease.role import Role
 from baton.local.waiting import await_for
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def channel_leaders(cluster: LocalCluster, channel: str) -> list[tuple[str, int]
         (node, row["epoch"])
         for node, rows in channel_views(cluster).items()
         for row in rows
-        if row["channel"] == channel and row["role"] == "leader"
+        if row["channel"] == channel and row["role"] == Role.LEADER
     ]
 
 

@@ -16,7 +16,8 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.local.waiting import wait_for
-from baton.service.worker import MODES, Worker
+from baton.service.mode import MODES
+from baton.service.worker import Worker
 from baton.testing.workload import create_accounts, run_workload
 
 if TYPE_CHECKING:

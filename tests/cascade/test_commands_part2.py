@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from baton.cascade import commands, node_ops, set_ops
-from baton.cascade.apply import ApplyResult, apply_batch, reduce_events
+from baton.cascade.apply import ApplyResult, apply_batch
+from baton.cascade.batches import reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
 from baton.cascade.node_replace import replace

@@ -21,7 +21,8 @@ import psycopg
 import pytest
 
 from baton.cascade import node_ops
-from baton.cascade.apply import apply_batch, reduce_events
+from baton.cascade.apply import apply_batch
+from baton.cascade.batches import reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role, TableCopy
 from baton.spark.copy import RowRange, TableReader, table_copy

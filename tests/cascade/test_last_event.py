@@ -1,4 +1,4 @@
-"""A key's last event is one rule (:func:`baton.cascade.apply.reduce_events`) on both paths that
+"""A key's last event is one rule (:func:`baton.cascade.batches.reduce_events`) on both paths that
 reduce a batch: the Spark sink, which gets a micro-batch as Arrow rows in the ``baton`` source's
 wire format (:func:`baton.spark.rows.decode`), and a table copy's catch-up, which reads queue
 events from the provider (:func:`baton.cascade.node_ops.copy_table`). No JVM: the wire format is
@@ -12,7 +12,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baton.cascade.apply import reduce_events
+from baton.cascade.batches import reduce_events
 from baton.cascade.model import ROW_TYPES, WATERMARK, Event, Tick
 from baton.spark import rows
 

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from baton.cascade import merge, node_ops, set_ops
-from baton.cascade.apply import ApplyResult, apply_batch, reduce_events
+from baton.cascade.apply import ApplyResult, apply_batch
+from baton.cascade.batches import Outcome, reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import PARTITION_TICK, Role
 from baton.errors import CascadeInputError, Refused
@@ -209,7 +210,7 @@ def test_combined_set_failover(locations: dict[str, str]) -> None:
     # A tracking merge-leaf applies nothing: its host is a branch of the combined set.
     write(a1, {4: 40})
     tick(a1)
-    assert pump(merge.merge_location(loc["s2"], "A")).detail == "tracking"
+    assert pump(merge.merge_location(loc["s2"], "A")).outcome is Outcome.TRACKING
 
     # S1 is lost with partition A's last batch merged there but not seen by S2 or S3.
     pump(merge.merge_location(loc["s1"], "A"))
@@ -350,7 +351,7 @@ def test_combined_set_switchover(spark: SparkSession, tmp_path: Path) -> None:
             open_node_db(merge.merge_location(loc["s2"], part)) as m2,
         ):
             assert m1.state().position == m2.state().position
-        assert pump(merge.merge_location(loc["s1"], part)).detail == "tracking"
+        assert pump(merge.merge_location(loc["s1"], part)).outcome is Outcome.TRACKING
     union = sorted(rows(loc["a1"]) + rows(loc["b1"]))
     for node in ("s1", "s2", "s3"):
         assert rows(loc[node]) == union, node

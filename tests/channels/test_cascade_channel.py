@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from baton.cascade import commands, node_ops
-from baton.cascade.apply import apply_batch, reduce_events
+from baton.cascade.apply import apply_batch
+from baton.cascade.batches import reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, tick_once

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from baton.cascade import node_ops
-from baton.cascade.apply import apply_batch, reduce_events
+from baton.cascade.apply import apply_batch
+from baton.cascade.batches import reduce_events
 from baton.cascade.db import open_node_db
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app

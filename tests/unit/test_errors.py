@@ -345,3 +345,86 @@ def test_no_source_file_branches_on_an_error_message() -> None:
         if (lines := _message_branches(path.read_text()))
     }
     assert found == {}
+
+
+#: Names under which code holds a state: a comparison of one of them with a string literal
+#: that is some state enum's value is a state travelling as text (issue 29).
+_STATE_NAMES = {"role", "state", "outcome", "phase", "mode", "detail", "want", "type_"}
+
+
+def _state_words() -> set[str]:
+    """The values of every string enum baton defines (its states, roles, outcomes, phases)."""
+    words: set[str] = set()
+    for path in SOURCE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            bases = [getattr(b, "id", getattr(b, "attr", "")) for b in getattr(node, "bases", [])]
+            if isinstance(node, ast.ClassDef) and {"StrEnum", "Enum"} & set(bases):
+                for stmt in node.body:
+                    value = getattr(stmt, "value", None)
+                    if isinstance(stmt, ast.Assign) and isinstance(value, ast.Constant):
+                        words.add(str(value.value))
+    return words
+
+
+def _state_literals(source: str, words: set[str]) -> list[int]:
+    """Lines comparing a state-named value (``x.role``, ``row["state"]``, ``mode``) with a
+    string literal (or a set of them) that is a state's value."""
+
+    def name_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            return str(node.slice.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            first = node.args[0]  # row.get("role")
+            return str(first.value) if isinstance(first, ast.Constant) else None
+        return None
+
+    def literals(node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.Set | ast.Tuple | ast.List):
+            return [e.value for e in node.elts if isinstance(e, ast.Constant)]
+        return []
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = any(name_of(o) in _STATE_NAMES for o in operands)
+            if named and any(w in words for o in operands for w in literals(o)):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_state_literal_scan_finds_what_it_looks_for() -> None:
+    words = {"leader", "tracking", "low-latency"}
+    bad = {
+        "if stream.role == 'leader':\n    pass\n": 1,
+        "if result.detail in {'tracking', 'paused'}:\n    pass\n": 1,
+        "ok = row['role'] != 'leader'\n": 1,
+        "if mode == 'low-latency':\n    pass\n": 1,
+        "x = rep.get('role') == 'leader'\n": 1,
+    }
+    for source, line in bad.items():
+        assert _state_literals(source, words) == [line], source
+    fine = [
+        "if stream.role is Role.LEADER:\n    pass\n",
+        "if new_root == 'leader':\n    pass\n",  # a node's name, not a state
+        "if rec['op'] == 'leader':\n    pass\n",
+    ]
+    for source in fine:
+        assert _state_literals(source, words) == [], source
+
+
+def test_no_source_file_compares_a_state_with_a_string_literal() -> None:
+    words = _state_words()
+    assert {"leader", "follower", "tracking", "applying", "low-latency"} <= words
+    found = {
+        str(path.relative_to(SOURCE.parent)): lines
+        for path in sorted(SOURCE.rglob("*.py"))
+        if (lines := _state_literals(path.read_text(), words))
+    }
+    assert found == {}
