@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from baton.cascade import beat, compare, node_ops
+from baton.cascade import beat, compare, decide, node_ops
 from baton.cascade.beat import Beat, Phase, ServiceState
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB, open_node_db
@@ -70,14 +70,7 @@ class CascadeSet:
 
     def providers_chain(self, name: str) -> list[str]:
         """``name``'s provider, its provider, ... up to the root (cycle-safe)."""
-        chain: list[str] = []
-        current = name
-        while True:
-            provider = self.state(current).provider
-            if provider is None or provider in chain or provider == name:
-                return chain
-            chain.append(provider)
-            current = provider
+        return decide.chain(name, _States(self))
 
     def _for_each_live(self, fn: Callable[[NodeDB], None]) -> list[str]:
         """Run ``fn`` on every reachable node not tagged dead; the names that failed."""
@@ -91,6 +84,32 @@ class CascadeSet:
             except (CascadeError, OSError):
                 failed.append(name)
         return failed
+
+
+class _States(Mapping[str, NodeState]):
+    """The members' states, each read when asked (a chain up the providers reads only what it
+    walks); a member that cannot be read is not there."""
+
+    def __init__(self, c: CascadeSet) -> None:
+        self._c = c
+        self._read: dict[str, NodeState | None] = {}
+
+    def __getitem__(self, name: str) -> NodeState:
+        if name not in self._read:
+            try:
+                self._read[name] = self._c.state(name) if name in self._c.nodes else None
+            except (CascadeError, OSError):
+                self._read[name] = None
+        found = self._read[name]
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._c.nodes)
+
+    def __len__(self) -> int:
+        return len(self._c.nodes)
 
 
 @contextmanager
@@ -116,15 +135,7 @@ def live_states(c: CascadeSet) -> dict[str, NodeState]:
     return {name: c.state(name) for name, (_, dead) in sorted(c.nodes.items()) if not dead}
 
 
-def subscription_order(states: dict[str, NodeState]) -> list[str]:
-    """Roots first, then every node after its provider (breadth first); nodes whose provider is
-    not among ``states`` (tagged dead, or a cycle) come last."""
-    order = [n for n, st in states.items() if st.role is Role.ROOT]
-    i = 0
-    while i < len(order):
-        order += [n for n, st in states.items() if st.provider == order[i] and n not in order]
-        i += 1
-    return order + [n for n in states if n not in order]
+subscription_order = decide.subscription_order
 
 
 # -- tables ----------------------------------------------------------------------------------
@@ -240,17 +251,23 @@ def candidates(c: CascadeSet, node: str) -> list[str]:
     the root."""
     st = c.state(node)
     _not_root(node, st)
-    position = st.position
-    out = []
-    for name in sorted(c.nodes):
-        if name == node or c.dead(name):
-            continue
-        try:
-            _check_provider(c, node, name, position)
-        except CascadeError:
-            continue
-        out.append(name)
-    return out
+    seen = {name: _seen(c, name, st.position) for name in c.nodes}
+    return decide.candidates(node, seen)
+
+
+def _seen(c: CascadeSet, name: str, position: int | None = None) -> decide.Seen:
+    """What an operation knows of ``name`` (its state None when it cannot be read); with
+    ``position``, whether it holds that tick."""
+    loc, dead = c.nodes[name]
+    try:
+        with open_node_db(loc) as db:
+            st = db.state()
+            last = db.last_tick()
+            holds = None if position is None else not position or db.get_tick(position) is not None
+            merging = bool(db.merge_leaves()) if st.role.carries_queue else False
+    except (CascadeError, OSError):
+        return decide.Seen(name, dead, None)
+    return decide.Seen(name, dead, st, last.tick_id if last else None, holds, merging)
 
 
 def _check_provider(c: CascadeSet, node: str, provider: str, position: int) -> None:
@@ -259,20 +276,22 @@ def _check_provider(c: CascadeSet, node: str, provider: str, position: int) -> N
     c.location(provider)  # an unknown name is refused here, with the known ones
     if c.dead(provider):
         raise Refused(f"{provider} is tagged dead: pick another provider (see candidates)")
-    with c.db(provider) as db:
-        st = db.state()
-        if not st.role.carries_queue:
-            raise Refused(f"{provider} is a leaf: it has no queue to provide")
-        if node in c.providers_chain(provider):
-            raise Refused(f"{provider} receives from {node}: that would make a cycle")
-        if position and db.get_tick(position) is None:
-            last = db.last_tick()
-            have = last.tick_id if last else 0
-            why = "is behind" if have < position else "no longer has it"
-            raise Refused(
-                f"{provider} cannot provide {node}: {node} is at tick {position} and {provider} "
-                f"{why} (last tick {have}); see 'candidates'"
-            )
+    c.state(provider)  # an unreachable provider: its error, as it is
+    seen = _seen(c, provider, position)
+    problem = decide.provider_problem(node, seen, _States(c))
+    if problem is decide.Problem.LEAF:
+        raise Refused(f"{provider} is a leaf: it has no queue to provide")
+    if problem is decide.Problem.CYCLE:
+        raise Refused(f"{provider} receives from {node}: that would make a cycle")
+    if problem is decide.Problem.LACKS_TICK:
+        have = seen.last_tick or 0
+        why = "is behind" if have < position else "no longer has it"
+        raise Refused(
+            f"{provider} cannot provide {node}: {node} is at tick {position} and {provider} "
+            f"{why} (last tick {have}); see 'candidates'"
+        )
+    if problem is not None:  # read just above: it went away meanwhile
+        raise Refused(f"{provider} cannot provide {node} now ({problem}): try again")
 
 
 def change_provider(c: CascadeSet, node: str, provider: str) -> None:
@@ -793,25 +812,20 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     done = live_root(c, exclude=dead_root)
     if done is not None:
         return done, _root_since(c, done), notes  # already failed over
-    carriers = _carriers(c, dead_root)
-    if not carriers:
+    new_root = decide.new_root(_carriers(c, dead_root), dead_root)
+    if new_root is None:
         raise Refused("no live branch carries the queue: nothing can become the root")
-    # A combined set's new root must be a combined-failover (it hosts the merge-leaves that
-    # take the partitions over); else the node with the highest tick.
-    # Ties go to the first name, as before combined sets.
-    best = min(carriers, key=lambda t: (not t[1], -t[0], t[2]))
     tag(c, dead_root, True)
-    new_root = best[2]
     was_under = c.state(new_root).provider
     # Fence first: from here no node applies another batch of the dead root (whose database
     # may still be readable, or come back). apply_batch refuses a batch from a provider that
     # is no longer the node's, in the transaction that would apply it.
     _fence_from(c, dead_root, new_root)
-    ahead = max(_carriers(c, dead_root), default=None)
-    if ahead is not None and ahead[2] != new_root:
+    ahead = decide.furthest(_carriers(c, dead_root), dead_root)
+    if ahead is not None and ahead != new_root:
         # Another node got further from the dead root: bring the new root up to it first, so
         # no node has ticks the new root lacks (nothing rewound, nothing applied twice).
-        catch_up(c, new_root, ahead[2])
+        catch_up(c, new_root, ahead)
     with c.db(new_root) as db:
         fork = _promote(db)
     if was_under not in (None, dead_root) and not c.dead(was_under):
@@ -853,23 +867,9 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     return new_root, fork, notes
 
 
-def _carriers(c: CascadeSet, dead_root: str) -> list[tuple[int, bool, str]]:
-    """(last tick, hosts merge-leaves, name) of every reachable live node that carries the
-    queue, but ``dead_root``."""
-    out = []
-    for name, (loc, dead) in sorted(c.nodes.items()):
-        if dead or name == dead_root:
-            continue
-        try:
-            with open_node_db(loc) as db:
-                st = db.state()
-                last = db.last_tick()
-                merging = bool(db.merge_leaves())
-        except (CascadeError, OSError):
-            continue
-        if st.role.carries_queue and last is not None:
-            out.append((last.tick_id, merging, name))
-    return out
+def _carriers(c: CascadeSet, dead_root: str) -> dict[str, decide.Seen]:
+    """Every live member but ``dead_root``, as a failover reads it."""
+    return {name: _seen(c, name) for name, (_, dead) in sorted(c.nodes.items()) if not dead}
 
 
 def _fence_from(c: CascadeSet, dead_root: str, new_root: str) -> None:

@@ -48,6 +48,7 @@ from baton.local.cluster import LocalCluster
 from baton.local.processes import Proc
 from baton.local.waiting import WaitTimeout, wait_for
 from baton.logs import describe
+from baton.node.status import Liveness
 from baton.testing.fenced import Entry, FencedLog
 from baton.testing.processes import elect_proc, first_above, last_of, latest
 
@@ -71,7 +72,7 @@ def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]
     with LocalCluster(3, data_dir=workdir, ttl=ttl) as cluster:
         t0 = time.monotonic()
         first, epoch = cluster.wait_for(cluster.controller)
-        cluster.wait_for(lambda: list(cluster.states().values()) == ["live"] * 3)
+        cluster.wait_for(lambda: list(cluster.states().values()) == [Liveness.LIVE] * 3)
         steps.append(
             Step("3 nodes up, controller elected", time.monotonic() - t0,
                  f"{first} is controller at epoch {epoch}", True)
@@ -95,12 +96,12 @@ def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]
 
         def lapsed() -> str | None:
             state = cluster.states().get(first)
-            return state if state in ("suspect", "dead") else None
+            return state if state in (Liveness.SUSPECT, Liveness.DEAD) else None
 
         state = cluster.wait_for(lapsed)
         steps.append(Step("killed node reported", 0.0, f"the others report {first} {state}", True))
         cluster.restart(first)
-        cluster.wait_for(lambda: list(cluster.states().values()) == ["live"] * 3, timeout=30)
+        cluster.wait_for(lambda: list(cluster.states().values()) == [Liveness.LIVE] * 3, timeout=30)
 
         def step(what: str, seconds: float, detail: str, ok: bool) -> None:
             steps.append(Step(what, seconds, detail, ok))
@@ -109,7 +110,7 @@ def _cluster_part(console: Console, workdir: Path, ttl: float, steps: list[Step]
         for node in cluster.nodes:
             if not cluster.node(node).running:
                 cluster.restart(node)
-        cluster.wait_for(lambda: list(cluster.states().values()) == ["live"] * 3, timeout=30)
+        cluster.wait_for(lambda: list(cluster.states().values()) == [Liveness.LIVE] * 3, timeout=30)
         # The channel's leader may have been the controller: ask again.
         current, _ = cluster.wait_for(cluster.controller)
         good &= placement_part(console, cluster, current, step)

@@ -22,12 +22,22 @@ suspect -> dead once.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from baton.keys import CONTROLLER, MEMBERS, NODES, member
 from baton.store import Lapse, Lease, Store
 
-NodeState = Literal["live", "suspect", "dead"]
+
+class Liveness(StrEnum):
+    """A node as the others see it, by its membership lease."""
+
+    LIVE = "live"
+    SUSPECT = "suspect"
+    DEAD = "dead"
+
+
+NodeState = Liveness
 
 
 def node_state(*, held: bool, lapsed_at: float | None, now: float, grace: float) -> NodeState:
@@ -36,10 +46,10 @@ def node_state(*, held: bool, lapsed_at: float | None, now: float, grace: float)
     *dead* after that, and at once when no lapse time is known (the store lost it, and this
     observer never saw the node live)."""
     if held:
-        return "live"
+        return Liveness.LIVE
     if lapsed_at is None or now - lapsed_at >= grace:
-        return "dead"
-    return "suspect"
+        return Liveness.DEAD
+    return Liveness.SUSPECT
 
 
 class Lapses:

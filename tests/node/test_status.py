@@ -13,7 +13,7 @@ from baton.store import Store
 from baton.testing import await_for
 
 GRACE = 4.0
-ORDER: dict[NodeState, int] = {"live": 0, "suspect": 1, "dead": 2}
+ORDER: dict[NodeState, int] = {NodeState.LIVE: 0, NodeState.SUSPECT: 1, NodeState.DEAD: 2}
 
 
 def test_node_state_with_explicit_times() -> None:

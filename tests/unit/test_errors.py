@@ -386,7 +386,11 @@ def _state_literals(source: str, words: set[str]) -> list[int]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return [node.value]
         if isinstance(node, ast.Set | ast.Tuple | ast.List):
-            return [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            return [
+                e.value
+                for e in node.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            ]
         return []
 
     lines = []
