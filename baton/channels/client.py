@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+from baton.backoff import Backoff
 from baton.errors import (
     BadChannel,
     BadFrame,
@@ -249,7 +250,8 @@ class Client:
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed, WebSocketException
 
-        delay = self.reconnect_delay
+        first = max(self.reconnect_delay, 0.001)  # a zero delay would spin on a dead node
+        backoff = Backoff(first, max(first, self.max_delay))
         while not self._closed:
             url = self.urls[next(self._rotation)]
             try:
@@ -269,7 +271,7 @@ class Client:
                     self._connected.set()
                     for sub in list(self.subs.values()):
                         await ws.send(sub.request())
-                    delay = self.reconnect_delay
+                    backoff.reset()
                     async for message in ws:
                         for frame in frames(message):
                             target = self.subs.get(str(frame.get("channel")))
@@ -289,8 +291,7 @@ class Client:
                 self._ws = None
             if self._closed:
                 return
-            await asyncio.sleep(delay)
-            delay = min(self.max_delay, delay * 2)
+            await backoff.sleep()
 
 
 __all__ = ["Client", "Message", "Subscription", "ws_url"]

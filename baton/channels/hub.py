@@ -50,6 +50,7 @@ from typing import Any, Protocol
 import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from baton.backoff import Backoff
 from baton.errors import (
     BadChannel,
     ChannelError,
@@ -858,7 +859,7 @@ class ChannelHub:
         from websockets.asyncio.client import connect
         from websockets.exceptions import WebSocketException
 
-        delay = 0.05
+        backoff = Backoff(0.05, max(0.05, self.timings.check_interval))
         while stream.epoch == epoch and not self._stopping:
             try:
                 address = await self._address(leader)
@@ -888,7 +889,7 @@ class ChannelHub:
                             if line and self._relayed(stream, epoch, line):
                                 stream.relay_up = False
                                 return
-                        delay = 0.05
+                        backoff.reset()
             except (OSError, TimeoutError, WebSocketException, ChannelError, StoreError) as exc:
                 log.info(
                     "relay to channel leader interrupted",
@@ -899,9 +900,9 @@ class ChannelHub:
             if stream.epoch != epoch:
                 return
             # The leader may be gone: look at the lease now rather than at the next interval.
+            delay = backoff.next()
             self._spawn(self._check_after(stream, epoch, delay), f"check:{stream.name}")
             await asyncio.sleep(delay)
-            delay = min(self.timings.check_interval, delay * 2)
 
     async def _check_after(self, stream: _Stream, epoch: int, delay: float) -> None:
         await asyncio.sleep(delay)

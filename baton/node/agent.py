@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from baton import __version__
+from baton.backoff import Backoff
 from baton.channels.hub import ChannelHub
 from baton.errors import (
     ConfigError,
@@ -233,7 +234,7 @@ class NodeAgent:
         term = self.membership.term
         if term is None:
             return  # lost again already: the next term publishes
-        delay = 0.1
+        backoff = Backoff(0.1, self.timings.renew_interval)
         said = False
         while True:
             try:
@@ -244,8 +245,7 @@ class NodeAgent:
                         "node record not published; trying again", extra={"error": describe(exc)}
                     )
                     said = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.timings.renew_interval)
+                await backoff.sleep()
                 now = self.membership.term
                 if now is None or now.epoch != term.epoch:
                     return  # this term is over: the next one publishes
@@ -311,7 +311,7 @@ class NodeAgent:
         lease again if it went: a store switch right after the lease was taken made ``baton
         node`` exit (fault campaign, seed 1, after fix 13)."""
         started = time.monotonic()
-        delay = 0.1
+        backoff = Backoff(0.1, 1.0)
         said = False
         while True:
             try:
@@ -322,8 +322,7 @@ class NodeAgent:
                 if not said:
                     log.warning("node record waits for the store", extra={"error": describe(exc)})
                     said = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await backoff.sleep()
                 term = self.membership.term or await self._membership_term()
                 continue
             if res.ok:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from baton.backoff import Backoff
 from baton.cascade.beat import Heartbeat, Phase
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -136,6 +137,7 @@ class NodeService:
         Beats for the node meanwhile (:mod:`baton.cascade.beat`): ``cascade status`` shows
         it served, and ``switchover`` takes it as a target."""
         delay = INTERVAL
+        backoff = Backoff(*BACKOFF)
         self._halt = halt
         beat = Heartbeat(self.location, self.epoch, self.phase)
         beat.start()
@@ -146,12 +148,13 @@ class NodeService:
                 except FencedOut:
                     raise
                 except Exception as exc:
-                    delay = min(BACKOFF[1], max(BACKOFF[0], delay * 2))
+                    delay = backoff.next()
                     self._failed(exc, delay)
                     continue
                 if self.error:
                     log.info("cascade node service resumed", extra={"location": self.location})
                     self.error = ""
+                backoff.reset()
                 delay = INTERVAL
         finally:
             self.stop()

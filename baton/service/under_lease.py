@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from baton.backoff import Backoff
 from baton.cascade.db import open_node_db
 from baton.cascade.ticker import TickerConfig
 from baton.errors import FencedOut, LeaseLost, NodeUnreachable, SparkUnavailable
@@ -60,7 +61,7 @@ async def until_ready(
     """``call()`` in a thread, again after a backoff (0.5 s doubling to 10 s) while it raises
     ``retry_on``, with one line (``waiting``, and the error) per distinct cause; None if
     ``stop`` is set meanwhile. Anything else it raises goes to the caller."""
-    delay = BACKOFF[0]
+    backoff = Backoff(*BACKOFF)
     said = ""
     while not stop.is_set():
         try:
@@ -68,11 +69,10 @@ async def until_ready(
         except retry_on as exc:
             error = describe(exc)
             if error != said:  # one line per cause, not one per try
-                log.warning(waiting, extra={"error": error, "retry_s": delay})
+                log.warning(waiting, extra={"error": error, "retry_s": backoff.current})
                 said = error
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
-        delay = min(BACKOFF[1], delay * 2)
+            await asyncio.wait_for(stop.wait(), backoff.next())
     return None
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote_plus
 
+from baton.backoff import Backoff
 from baton.errors import (
     ConfigError,
     NoMaster,
@@ -182,20 +183,19 @@ async def connect_waiting(
     )
     loop = asyncio.get_running_loop()
     started = loop.time()
-    delay = 0.1
+    backoff = Backoff(0.1, 1.0)
     said: type[Exception] | None = None
     while True:
         try:
             await store.connect()
             return
         except waits as exc:
-            if loop.time() + delay > started + bound:
+            if loop.time() + backoff.current > started + bound:
                 raise
             if type(exc) is not said:
                 say(exc)
                 said = type(exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            await backoff.sleep()
 
 
 def sqlite_url(path: str) -> str:
