@@ -25,26 +25,15 @@ Environment: ``BATON_CHANNELS`` holds the same table as JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from baton.errors import ConfigError
 from baton.lease.timings import Timings
+from baton.validation import Int, Seconds
 
 from .protocol import MAX_FRAME
-
-
-def _not_a_bool(value: object) -> object:
-    """Refuse ``true``/``false`` for a number (pydantic's lax mode would take 1 and 0), as the
-    node configuration does for its own numbers."""
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not true or false")
-    return value
-
-
-Int = Annotated[int, BeforeValidator(_not_a_bool)]
-Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
 
 
 class ChannelsConfig(BaseModel):

@@ -36,11 +36,10 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -52,6 +51,7 @@ from baton.channels.config import ChannelsConfig
 from baton.errors import ConfigError, redact_url
 from baton.lease.timings import Timings
 from baton.store import open_store
+from baton.validation import Int, Seconds, first_problem
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ADDR = re.compile(r"^(?P<host>[A-Za-z0-9.:\[\]-]+):(?P<port>\d{1,5})$")
@@ -72,20 +72,6 @@ _EXPECTED = {
     "model_type": "expected a table (k = v pairs)",
     "model_attributes_type": "expected a table (k = v pairs)",
 }
-
-
-def _not_a_bool(value: object) -> object:
-    """Refuse ``true``/``false`` for a number: pydantic's lax mode would take them as 1 and 0
-    (``ttl = true`` started a node with a 1 s ttl). Numeric strings still pass, as every
-    ``BATON_*`` environment variable is a string."""
-    if isinstance(value, bool):
-        raise ValueError("expected a number, not true or false")
-    return value
-
-
-#: The types of every numeric key: no booleans, no NaN or infinity.
-Int = Annotated[int, BeforeValidator(_not_a_bool)]
-Seconds = Annotated[float, BeforeValidator(_not_a_bool), Field(allow_inf_nan=False)]
 
 
 class SparkConfig(BaseModel):
@@ -328,18 +314,18 @@ def load(path: Path | None, env: Mapping[str, str] | None = None) -> NodeConfig:
 def _first_error(exc: ValidationError) -> str:
     """One line naming the key (every error has one), the value unless it may be secret, and
     what is expected."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "config"
-    msg = _EXPECTED.get(err["type"]) or str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "missing":
+    p = first_problem(exc)
+    loc = p.where or "config"
+    msg = _EXPECTED.get(p.kind) or p.message
+    if p.kind == "missing":
         return f"config key {loc} is missing: set it in the file or as BATON_{loc.upper()}"
-    if err["type"] == "extra_forbidden":
+    if p.kind == "extra_forbidden":
         return f"unknown config key {loc}: remove it (see docs/node.md for the keys)"
     if loc == "config":  # a whole-config check: its message names the keys involved
         return f"config: {msg}"
-    if loc in SECRET_KEYS or any(_SECRET_NAME.search(str(p)) for p in err["loc"]):
+    if loc in SECRET_KEYS or any(_SECRET_NAME.search(str(part)) for part in p.loc):
         return f"config {loc}: {msg} (value not shown)"
-    return f"config {loc}={_show(err.get('input'))}: {msg}"
+    return f"config {loc}={_show(p.value)}: {msg}"
 
 
 def _show(value: object) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from baton.errors import ConfigError
+from baton.validation import first_problem
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: The label every node gets for each workload type it can run; groups select on it, so no
@@ -147,7 +148,7 @@ def make_object(
             created_at=created_at,
         )
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{where}: {msg}" if where not in msg else msg) from None
+        p = first_problem(exc)
+        raise ConfigError(
+            f"{p.where}: {p.message}" if p.where not in p.message else p.message
+        ) from None

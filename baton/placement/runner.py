@@ -33,6 +33,7 @@ from baton.lease.role import Role
 from baton.placement.model import GroupRecord, parse_group, parse_object
 from baton.placement.workload import Fetch, NotLeader, Workload, WorkloadContext
 from baton.store import Store
+from baton.validation import first_problem
 
 log = logging.getLogger("baton.placement")
 
@@ -44,9 +45,8 @@ ERROR_LIMIT = 300
 def describe(exc: BaseException) -> str:
     """One bounded line for a member error: baton errors say it all, others get their type."""
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        text = f"{exc.title} is not valid: {where}: {err['msg']}"
+        p = first_problem(exc)
+        text = f"{exc.title} is not valid: {p.where}: {p.message}"
     elif isinstance(exc, BatonError) and str(exc).strip():
         text = str(exc)
     else:

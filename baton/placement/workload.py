@@ -41,6 +41,7 @@ from baton.errors import BatonError, ConfigError, SpecError
 from baton.errors import NotLeader as NotLeader  # noqa: PLC0414 (re-exported: runner imports it)
 from baton.logs import describe
 from baton.placement.model import NAME, ObjectSpec
+from baton.validation import first_problem
 
 log = logging.getLogger("baton.workload")
 
@@ -139,17 +140,17 @@ class Workload(abc.ABC):
 
 def _spec_problem(type_name: str, model: type[BaseModel], exc: ValidationError) -> str:
     """One line for the first problem pydantic found in a spec."""
-    err = exc.errors()[0]
-    field = ".".join(str(x) for x in err["loc"])
+    p = first_problem(exc)
+    field = p.where
     where = f"{type_name} spec.{field}" if field else f"{type_name} spec"
-    if err["type"] == "extra_forbidden":
+    if p.kind == "extra_forbidden":
         known = ", ".join(sorted(model.model_fields)) or "none"
         return f"{where}: not a setting of {type_name} (its settings: {known})"
-    info = model.model_fields.get(str(err["loc"][0])) if err["loc"] else None
+    info = model.model_fields.get(str(p.loc[0])) if p.loc else None
     hint = f" ({field}: {info.description})" if info is not None and info.description else ""
-    if err["type"] == "string_pattern_mismatch":  # the pattern itself would say little
-        return f"{where}: {err['input']!r} is not valid{hint}"
-    return f"{where}: {err['msg']}{hint}"
+    if p.kind == "string_pattern_mismatch":  # the pattern itself would say little
+        return f"{where}: {p.value!r} is not valid{hint}"
+    return f"{where}: {p.message}{hint}"
 
 
 class CounterSpec(BaseModel):

@@ -1,0 +1,1 @@
+return {incarnation(), fmt(current_revision())}
