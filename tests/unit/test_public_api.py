@@ -99,6 +99,7 @@ def test_import_baton_loads_only_the_core() -> None:
     ).stdout
     loaded = set(ast.literal_eval(out))
     assert {m for m in loaded if m.startswith("baton.")} <= {
+        "baton.backoff",
         "baton.lease",
         "baton.lease.election",
         "baton.errors",
