@@ -206,6 +206,21 @@ class ChannelError(BatonError):
         if code is not None:
             self.code = code
 
+    @staticmethod
+    def from_code(code: int, reason: str) -> ChannelError:
+        """The error a subscription ended with, from the code another node or a client
+        received (``unsubscribed``, a forwarded subscribe's answer): the one place codes turn
+        back into kinds. 4404 (an unknown namespace at the leader) is a bad channel; 4429
+        (too slow) may be retried as an unavailable one; an unknown code is a refusal."""
+        kinds: dict[int, type[ChannelError]] = {
+            ChannelFinished.code: ChannelFinished,
+            ChannelUnavailable.code: ChannelUnavailable,
+            4429: ChannelUnavailable,
+            BadChannel.code: BadChannel,
+            4404: BadChannel,
+        }
+        return kinds.get(code, ChannelRefused)(reason, code)
+
 
 class BadChannel(ChannelError, ConfigError):
     """A malformed channel name (``namespace:path``) or a namespace no handler serves.

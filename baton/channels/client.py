@@ -32,11 +32,9 @@ from typing import Any, Self
 
 from baton.backoff import Backoff
 from baton.errors import (
-    BadChannel,
     BadFrame,
     ChannelError,
     ChannelFinished,
-    ChannelRefused,
     ChannelUnavailable,
 )
 
@@ -128,17 +126,18 @@ class Subscription:
         elif kind == "unsubscribed":
             code = int(frame.get("code", 0))
             reason = str(frame.get("reason", ""))
-            if code == ChannelFinished.code:
+            if code == 1000:
+                return  # unsubscribed as asked
+            ended = ChannelError.from_code(code, reason)
+            if isinstance(ended, ChannelFinished):
                 self.queue.put_nowait(
                     Message("finished", self.channel, self.epoch, self.offset, reason=reason)
                 )
                 self.done = True
-            elif code in (ChannelUnavailable.code, 4429):
+            elif isinstance(ended, ChannelUnavailable):
                 self.client._retry(self)
-            elif code in (BadChannel.code, 4404):
-                self._fail(BadChannel(reason, code))
-            elif code != 1000:
-                self._fail(ChannelRefused(reason, code))
+            else:
+                self._fail(ended)
 
     def _fail(self, exc: ChannelError) -> None:
         self.done = True

@@ -52,7 +52,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from baton.backoff import Backoff
 from baton.errors import (
-    BadChannel,
     ChannelError,
     ChannelFinished,
     ChannelRefused,
@@ -571,13 +570,8 @@ class ChannelHub:
         if res.status_code != 200 or not isinstance(answer, dict):
             raise ChannelUnavailable(f"leader {node} of {channel} answered {res.status_code}")
         if not answer.get("ok"):
-            code = int(answer.get("code", 4503))
-            reason = str(answer.get("reason", "refused"))
-            if code == ChannelUnavailable.code:
-                raise ChannelUnavailable(reason)
-            if code in (BadChannel.code, 4404):
-                raise BadChannel(reason, code)
-            raise ChannelRefused(reason, code)
+            code = int(answer.get("code", ChannelUnavailable.code))
+            raise ChannelError.from_code(code, str(answer.get("reason", "refused")))
         return answer
 
     # -- leadership -----------------------------------------------------------------------

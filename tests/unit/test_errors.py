@@ -432,3 +432,26 @@ def test_no_source_file_compares_a_state_with_a_string_literal() -> None:
         if (lines := _state_literals(path.read_text(), words))
     }
     assert found == {}
+
+
+def test_a_channel_code_turns_back_into_its_kind_in_one_place() -> None:
+    from baton.errors import (
+        BadChannel,
+        ChannelError,
+        ChannelFinished,
+        ChannelRefused,
+        ChannelUnavailable,
+    )
+
+    cases: dict[int, type[ChannelError]] = {
+        4100: ChannelFinished,
+        4503: ChannelUnavailable,
+        4429: ChannelUnavailable,
+        4400: BadChannel,
+        4404: BadChannel,
+        4403: ChannelRefused,
+        4999: ChannelRefused,
+    }
+    for code, kind in cases.items():
+        err = ChannelError.from_code(code, "why")
+        assert type(err) is kind and (err.code, err.reason) == (code, "why")
