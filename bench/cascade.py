@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from baton.cascade import node_ops, set_ops
+from baton.cascade import handover, node_ops
 from baton.cascade.beat import Heartbeat
 from baton.cascade.db import open_node_db
 from baton.cascade.model import ROW_TYPES, Role
@@ -214,11 +214,11 @@ def lag(s: BatonSet, rates: tuple[int, ...], seconds: float) -> dict[str, Any]:
 
 
 def switchover(s: BatonSet, trials: int, rate: int = 2000) -> dict[str, Any]:
-    """Planned switchovers (``set_ops.switchover``, what ``baton cascade switchover`` runs)
+    """Planned switchovers (``handover.switchover``, what ``baton cascade switchover`` runs)
     under a steady writer: :func:`bench.accounts_load.switchovers`."""
 
     def switch(old: str, new: str) -> None:
-        set_ops.switchover(CascadeSet(s.target(old)), new, timeout=60)
+        handover.switchover(CascadeSet(s.target(old)), new, timeout=60)
         s.check()
 
     return accounts_load.switchovers(s.target, switch, trials, rate)

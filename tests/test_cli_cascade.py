@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from baton.cascade import node_ops, set_ops
+from baton.cascade import node_ops, observe, set_ops
 from baton.cascade.beat import Phase
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -114,7 +114,7 @@ class Set:
             ).fetchall()
             conn.close()
         out["members"] = [
-            dataclasses.asdict(m) for m in set_ops.members(set_ops.CascadeSet(self.loc("s1")))
+            dataclasses.asdict(m) for m in observe.members(set_ops.CascadeSet(self.loc("s1")))
         ]
         return out
 

@@ -28,11 +28,21 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from baton.cascade import ddl, node_ops, node_replace, schema_check, seqs, set_ops
+from baton.cascade import (
+    ddl,
+    handover,
+    node_ops,
+    node_replace,
+    observe,
+    schema_check,
+    seqs,
+    set_ops,
+    takeover,
+)
 from baton.cascade.beat import ServiceState
 from baton.cascade.db import open_node_db
+from baton.cascade.handover import SwitchPlan
 from baton.cascade.model import Role
-from baton.cascade.set_ops import SwitchPlan
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -45,9 +55,9 @@ from baton.errors import (
 from baton.store import sqlite_path, sqlite_url
 
 #: How often a switchover checks whether the new root has applied the switch tick.
-POLL = set_ops.POLL
+POLL = handover.POLL
 #: How many ticks a switchover's target may be behind the root, unless told otherwise.
-MAX_BEHIND = set_ops.MAX_BEHIND
+MAX_BEHIND = handover.MAX_BEHIND
 
 #: A node or set name, as :func:`baton.cascade.node_ops.check_name` accepts it.
 NAME_PATTERN = node_ops.NAME_PATTERN
@@ -442,7 +452,7 @@ def tag(via: str, node: str, dead: bool) -> Tagged:
 
 def _refuse_if_served(c: set_ops.CascadeSet, node: str) -> None:
     try:
-        served = set_ops.served_by(c, node)
+        served = handover.served_by(c, node)
     except (CascadeError, OSError):
         return  # unreachable, as a dead node usually is
     now = time.time()
@@ -494,7 +504,7 @@ def switchover(
     c = _switch_set(via, new_root, max_behind)
     old = set_ops.live_root(c)
     with set_ops.refusing():
-        tick = set_ops.switchover(c, new_root, timeout=timeout, max_behind=max_behind)
+        tick = handover.switchover(c, new_root, timeout=timeout, max_behind=max_behind)
     return Switched(new_root, old, tick, old == new_root)
 
 
@@ -503,7 +513,7 @@ def switch_plan(via: str, new_root: str, max_behind: int = MAX_BEHIND) -> Switch
     nothing."""
     c = _switch_set(via, new_root, max_behind)
     with set_ops.refusing():
-        return set_ops.switch_plan(c, new_root, max_behind)
+        return handover.switch_plan(c, new_root, max_behind)
 
 
 def _switch_set(via: str, new_root: str, max_behind: int) -> set_ops.CascadeSet:
@@ -532,7 +542,7 @@ def failover(via: str, dead_root: str) -> FailedOver:
     c = open_set(via)
     _known(c, dead_root)  # unknown names first, with the known ones
     with set_ops.refusing():
-        new_root, fork, notes = set_ops.failover(c, dead_root)
+        new_root, fork, notes = takeover.failover(c, dead_root)
     return FailedOver(dead_root, new_root, fork, notes)
 
 
@@ -558,7 +568,7 @@ def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
     if save.is_dir():
         raise CascadeInputError(f"{save} is a directory: give a file name")
     with set_ops.refusing():
-        saved = set_ops.resurrect(c, old_root, save)
+        saved = takeover.resurrect(c, old_root, save)
     st = c.state(old_root)
     return Resurrected(old_root, st.provider, st.position, saved, str(save))
 
@@ -566,7 +576,7 @@ def resurrect(via: str, old_root: str, save: Path) -> Resurrected:
 # -- status ------------------------------------------------------------------------------------
 
 
-def member_dict(m: set_ops.Member) -> dict[str, Any]:
+def member_dict(m: observe.Member) -> dict[str, Any]:
     """A member as JSON carries it (its location without a password)."""
     out = dataclasses.asdict(m)
     out["location"] = redact_url(m.location)
@@ -588,7 +598,7 @@ class SetStatus:
     #: The live root (None: use failover).
     root: str | None
     global_watermark: int | None
-    members: list[set_ops.Member]
+    members: list[observe.Member]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -599,7 +609,7 @@ class SetStatus:
         }
 
 
-def _queue_only(found: list[set_ops.Member]) -> list[set_ops.Member]:
+def _queue_only(found: list[observe.Member]) -> list[observe.Member]:
     """``found`` with ``queue_only`` set for each reachable queue-only branch."""
     out = []
     for m in found:
@@ -614,17 +624,17 @@ def _queue_only(found: list[set_ops.Member]) -> list[set_ops.Member]:
     return out
 
 
-def members(via: str) -> tuple[str, list[set_ops.Member]]:
+def members(via: str) -> tuple[str, list[observe.Member]]:
     """The set's name and every member: role, provider, position, lag (ticks and seconds),
     paused, dead, reachable, tables, queue-only."""
     c = open_set(via)
-    return c.set_name, _queue_only(set_ops.members(c))
+    return c.set_name, _queue_only(observe.members(c))
 
 
 def status(via: str) -> SetStatus:
     """The set: its live root, global watermark and members."""
     c = open_set(via)
-    root, watermark, found = set_ops.status(c)
+    root, watermark, found = observe.status(c)
     return SetStatus(c.set_name, root, watermark, _queue_only(found))
 
 
@@ -635,7 +645,7 @@ def check(via: str, node: str, table: str | None = None) -> dict[str, Any]:
     """Compare ``node``'s rows with its provider's (row count and checksum) for each table it
     replicates, or only ``table``: ``{"node", "position", "provider", "provider_position",
     "equal", "tables"}``. A node behind its provider differs until it catches up."""
-    return set_ops.check(open_set(via), node, table)
+    return observe.check(open_set(via), node, table)
 
 
 # -- sequences ---------------------------------------------------------------------------------

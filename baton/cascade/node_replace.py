@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from baton.cascade import set_ops
+from baton.cascade import handover, set_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import NodeState, Role
 from baton.errors import CascadeError, CascadeInputError, NotFinished, Refused
@@ -108,7 +108,7 @@ def replace(
     old: str,
     *,
     failover: bool,
-    wait: Callable[[Callable[[], bool], float], None] = set_ops.poll,
+    wait: Callable[[Callable[[], bool], float], None] = handover.poll,
     timeout: float = 60.0,
 ) -> Replaced:
     """Replace branch ``old`` by ``new`` (see the module docstring): switchover when
@@ -148,8 +148,8 @@ def replace(
         # NEW has ticks to apply first: its worker must be there to apply them, or OLD and its
         # subscribers would stay paused for nothing.
         begun = not failover and ost is not None and ost.paused
-        set_ops.require_applying(
-            c, new, set_ops.served_by(c, new), "run the same command again",
+        handover.require_applying(
+            c, new, handover.served_by(c, new), "run the same command again",
             f"{old} stays paused until it finishes" if begun else "nothing was changed",
         )  # fmt: skip
     changed = False

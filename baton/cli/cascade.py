@@ -27,7 +27,7 @@ from typing import ParamSpec, TypeVar
 import click
 from rich.table import Table
 
-from baton.cascade import commands, set_ops
+from baton.cascade import commands, observe
 from baton.cascade.beat import Phase, ServiceState
 from baton.cascade.model import Role
 from baton.cli.common import EXIT_STORE, EXIT_USAGE, console, fail
@@ -460,7 +460,7 @@ def resurrect(old_root: str, save: Path, via: str | None) -> None:
 # -- status ------------------------------------------------------------------------------------
 
 
-def _role_text(m: set_ops.Member) -> str:
+def _role_text(m: observe.Member) -> str:
     """The role, with what a node of a combined set does there."""
     if m.queue_only:
         return f"{m.role} (queue-only)"
@@ -479,7 +479,7 @@ def _age(when: float | None) -> str:
     return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
 
 
-def _service_text(m: set_ops.Member) -> str:
+def _service_text(m: observe.Member) -> str:
     """What serves the node: ``running on HOST at epoch E``, or ``not running`` and since
     when."""
     b = m.service
@@ -492,11 +492,11 @@ def _service_text(m: set_ops.Member) -> str:
     return f"not running (last seen {_age(b.at)})"
 
 
-def _served(m: set_ops.Member) -> bool:
+def _served(m: observe.Member) -> bool:
     return m.service is not None and m.service.state(time.time()) is ServiceState.RUNNING
 
 
-def _print_members(members: Sequence[set_ops.Member], title: str) -> None:
+def _print_members(members: Sequence[observe.Member], title: str) -> None:
     out = Table(title=title)
     for col in ("name", "role", "provider", "tick", "made", "lag", "lag s", "paused", "state"):
         out.add_column(col, overflow="fold")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from baton.cascade import node_ops, set_ops
+from baton.cascade import handover, node_ops, set_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
@@ -117,7 +117,7 @@ def test_postgres_root_branch_sqlite_leaf(
             wait_for(checked, timeout=timeout)
 
         with served(loc["p2"]):  # the worker above, as its node service says
-            set_ops.switchover(c, "p2", wait, 60)
+            handover.switchover(c, "p2", wait, 60)
         root[0] = "p2"
         workers["p1"] = Worker(spark, loc["p1"], epoch=1)
         workers["p1"].start()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from baton.cascade import merge, node_ops, set_ops
+from baton.cascade import handover, merge, node_ops, observe, set_ops, takeover
 from baton.cascade.apply import ApplyResult, apply_batch
 from baton.cascade.batches import Outcome, reduce_events
 from baton.cascade.db import open_node_db
@@ -166,11 +166,11 @@ def test_combined_set_failover(locations: dict[str, str]) -> None:
             with open_node_db(merge.merge_location(loc[host], part)) as db:
                 assert db.tables() == {"accounts": "ok"}
     # status/members show who merges what.
-    ms = {m.name: m for m in set_ops.members(set_ops.CascadeSet(loc["s1"]))}
+    ms = {m.name: m for m in observe.members(set_ops.CascadeSet(loc["s1"]))}
     assert ms["s1"].merges == {"A": "a2", "B": "b2"}
     assert ms["s2"].merges == {"A": "a3", "B": "b3"}
     assert ms["s3"].merges == {}
-    am = {m.name: m for m in set_ops.members(set_ops.CascadeSet(a1))}
+    am = {m.name: m for m in observe.members(set_ops.CascadeSet(a1))}
     assert (am["a1"].combined, am["a2"].combined, am["a3"].combined) == (None, "S", "S")
     write(a1, {3: 30}, delete=(2,))
     write(b1, {102: 2000})
@@ -215,7 +215,7 @@ def test_combined_set_failover(locations: dict[str, str]) -> None:
     # S1 is lost with partition A's last batch merged there but not seen by S2 or S3.
     pump(merge.merge_location(loc["s1"], "A"))
     c = set_ops.CascadeSet(loc["s3"])
-    new_root, _, notes = set_ops.failover(c, "s1")
+    new_root, _, notes = takeover.failover(c, "s1")
     assert new_root == "s2", notes
     assert set_ops.CascadeSet(loc["s3"]).state("s3").provider == "s2"
     # The dead root's merge-leaves are dead in their partition sets (they hold no queue).
@@ -268,7 +268,7 @@ def test_bad_merge_input(tmp_path: Path) -> None:
     with open_node_db(merge.merge_location(loc["s1"], "A")) as db:
         assert db.tables() == {}
     with pytest.raises(Refused, match="is a merge-leaf"):
-        set_ops.check(set_ops.CascadeSet(loc["a1"]), "a2")
+        observe.check(set_ops.CascadeSet(loc["a1"]), "a2")
 
 
 def test_combined_set_switchover(spark: SparkSession, tmp_path: Path) -> None:
@@ -336,7 +336,7 @@ def test_combined_set_switchover(spark: SparkSession, tmp_path: Path) -> None:
 
     c = set_ops.CascadeSet(loc["s3"])
     with served(loc["s2"]):  # this test is s2's worker (pump)
-        set_ops.switchover(c, "s2", wait=wait)
+        handover.switchover(c, "s2", wait=wait)
     assert checked == list(PARTS)
     assert c.state("s2").role is Role.ROOT and c.state("s1").provider == "s2"
     set_ops.change_provider(set_ops.CascadeSet(loc["s3"]), "s3", "s2")
@@ -389,7 +389,7 @@ def test_failover_while_a_merge_copy_is_not_done(tmp_path: Path) -> None:
         with open_node_db(a2) as m:
             assert db.state().position == m.state().position
     c = set_ops.CascadeSet(loc["s2"])
-    assert set_ops.failover(c, "s1")[0] == "s2"
+    assert takeover.failover(c, "s1")[0] == "s2"
     write(loc["a1"], {4: 40}, delete=(1,))
     tick(loc["a1"])
     assert pump(a3).applied
@@ -426,7 +426,7 @@ def test_failover_right_after_a_merge_copy(tmp_path: Path) -> None:
     pump(loc["s2"])  # S2 holds the copy's rows and its partition tick, then S1 is lost
     with open_node_db(a3) as db:
         assert db.tables()["accounts"] != "copying"
-    assert set_ops.failover(set_ops.CascadeSet(loc["s2"]), "s1")[0] == "s2"
+    assert takeover.failover(set_ops.CascadeSet(loc["s2"]), "s1")[0] == "s2"
     write(loc["a1"], {3: 30}, delete=(1,))
     tick(loc["a1"])
     assert pump(a3).applied

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from baton.cascade import node_ops, set_ops
+from baton.cascade import handover, node_ops, set_ops, takeover
 from baton.cascade.apply import apply_batch
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Event, Role
@@ -85,7 +85,7 @@ def test_loss_of_s1_s3_from_s2_then_failover(seed_set: LocalSet, tmp_path: Path)
     s.wait_synced(["s2", "s3"], upto=last.tick_id)
     set_ops.change_provider(c, "s3", "s2")
     assert s.state("s3").provider == "s2"
-    new_root, fork, notes = set_ops.failover(c, "s1")
+    new_root, fork, notes = takeover.failover(c, "s1")
     assert new_root in ("s2", "s3") and fork >= top and notes == []
     assert s.state(new_root).role is Role.ROOT
     # Writes now go to the new root; everyone follows it.
@@ -101,7 +101,7 @@ def test_loss_of_s1_s3_from_s2_then_failover(seed_set: LocalSet, tmp_path: Path)
     assert lost_tick is not None
     run_workload(s.path("s1"), 2, seed=16)  # and some it never ticked
     saved = tmp_path / "lost.jsonl"
-    n = set_ops.resurrect(c, "s1", saved)
+    n = takeover.resurrect(c, "s1", saved)
     records = [json.loads(line) for line in saved.read_text().splitlines()]
     assert n > 0 and len(records) == n
     assert all(r["table"] == "accounts" for r in records)
@@ -131,7 +131,7 @@ def test_switchover_loses_nothing(seed_set: LocalSet) -> None:
 
         wait_for(checked, timeout=timeout)
 
-    switch = set_ops.switchover(c, "s2", wait, 60)
+    switch = handover.switchover(c, "s2", wait, 60)
     assert s.state("s2").role is Role.ROOT and s.state("s1").provider == "s2"
     s.start_worker("s1")
     run_workload(s.path("s2"), 60, seed=9)
