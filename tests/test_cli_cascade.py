@@ -467,6 +467,8 @@ BAD: list[tuple[list[str], int, list[str]]] = [
     (["candidates", "zz"], 2, ["unknown node"]),
     (["candidates", "s1"], 2, ["root"]),
     (["tag-dead", "zz"], 2, ["unknown node"]),
+    (["pause", "bad name"], 2, ["bad node name 'bad name'", "letters, digits"]),
+    (["change-provider", "s4"], 2, ["--provider"]),
     (["tag-alive", "zz"], 2, ["unknown node"]),
     (["pause", "zz"], 2, ["unknown node"]),
     (["resume", "zz"], 2, ["unknown node"]),

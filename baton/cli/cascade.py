@@ -30,6 +30,8 @@ from rich.table import Table
 from baton.cascade import commands, observe
 from baton.cascade.beat import Phase, ServiceState
 from baton.cascade.model import Role
+from baton.cascade.verbs import VERBS
+from baton.cli import cascade_verbs
 from baton.cli.common import EXIT_STORE, EXIT_USAGE, console, fail
 
 P = ParamSpec("P")
@@ -84,12 +86,12 @@ def _print_pairs(
     console().print(out)
 
 
-via_option = click.option(
-    "--via",
-    envvar="BATON_CASCADE",
-    metavar="LOCATION",
-    help="Any member's location (finds the set's node list); env BATON_CASCADE.",
-)
+_VIA = {
+    "envvar": "BATON_CASCADE",
+    "metavar": "LOCATION",
+    "help": "Any member's location (finds the set's node list); env BATON_CASCADE.",
+}
+via_option = click.option("--via", **_VIA)  # type: ignore[arg-type]
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
@@ -226,21 +228,6 @@ def add_table(table: str, node: str | None, everywhere: bool, via: str | None) -
         click.echo(f"{name}: skipped ({why})")
 
 
-@cascade.command("remove-table")
-@click.argument("table")
-@click.option("--node", required=True, metavar="NODE", help="The node to remove it from.")
-@via_option
-@_handled
-def remove_table(table: str, node: str, via: str | None) -> None:
-    """Stop replicating TABLE on NODE (its rows stay). At the root, stop capturing it: remove
-    it from every other node first."""
-    r = commands.remove_table(_via(via), table, node)
-    if not r.removed:
-        click.echo(f"{node}: {table} is not replicated (nothing to do)")
-    else:
-        click.echo(f"{node}: {table} removed" + (" (no longer captured)" if r.uncaptured else ""))
-
-
 @cascade.command("tables")
 @click.option("--node", required=True, metavar="NODE")
 @via_option
@@ -287,17 +274,6 @@ def emit(type_: str, data: str, via: str | None) -> None:
 # -- providers, tags, pause ----------------------------------------------------------------------
 
 
-@cascade.command("change-provider")
-@click.argument("node")
-@click.option("--provider", required=True, metavar="NODE", help="The new provider.")
-@via_option
-@_handled
-def change_provider(node: str, provider: str, via: str | None) -> None:
-    """Make NODE receive from PROVIDER (see candidates); its worker follows at once."""
-    commands.change_provider(_via(via), node, provider)
-    click.echo(f"{node}: receives from {provider}")
-
-
 @cascade.command("candidates")
 @click.argument("node")
 @via_option
@@ -319,52 +295,6 @@ def candidates(node: str, via: str | None, as_json: bool, detail: bool) -> None:
     else:
         for f in found:
             click.echo(f"{f.name} ({f.note})" if f.note else f.name)
-
-
-def _tag(node: str, via: str | None, dead: bool) -> None:
-    r = commands.tag(_via(via), node, dead)
-    click.echo(f"{node}: tagged {'dead' if dead else 'alive'}")
-    if r.not_reached:
-        # Tagging is idempotent: running it again later reaches them.
-        click.echo(f"not reached: {', '.join(r.not_reached)} (run this again when they are back)")
-
-
-@cascade.command("tag-dead")
-@click.argument("node")
-@via_option
-@_handled
-def tag_dead(node: str, via: str | None) -> None:
-    """Tag NODE dead: it is no provider candidate and stops holding the queue back."""
-    _tag(node, via, True)
-
-
-@cascade.command("tag-alive")
-@click.argument("node")
-@via_option
-@_handled
-def tag_alive(node: str, via: str | None) -> None:
-    """Tag NODE alive again."""
-    _tag(node, via, False)
-
-
-@cascade.command("pause")
-@click.argument("node")
-@via_option
-@_handled
-def pause(node: str, via: str | None) -> None:
-    """Pause NODE's worker: it applies nothing until resume."""
-    commands.set_paused(_via(via), node, True)
-    click.echo(f"{node}: paused")
-
-
-@cascade.command("resume")
-@click.argument("node")
-@via_option
-@_handled
-def resume(node: str, via: str | None) -> None:
-    """Resume NODE's worker."""
-    commands.set_paused(_via(via), node, False)
-    click.echo(f"{node}: resumed")
 
 
 # -- switchover, failover, resurrect ------------------------------------------------------------
@@ -769,3 +699,11 @@ def node_failover(new: str, old: str, timeout: float, via: str | None) -> None:
 
 
 __all__ = ["cascade"]
+
+
+# -- the verbs declared once (baton.cascade.verbs), as commands ---------------------------------
+
+for _verb in VERBS:
+    cascade.add_command(
+        cascade_verbs.command(_verb, click.Option(["--via"], **_VIA), _via, _handled)  # type: ignore[arg-type]
+    )

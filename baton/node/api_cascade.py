@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from baton.cascade import commands
 from baton.cascade.model import Role
+from baton.cascade.verbs import VERBS, Args, Verb
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -112,23 +113,9 @@ class AddTable(OnSet):
     all: bool = False
 
 
-class RemoveTable(OnSet):
-    table: TableName
-    node: NodeName
-
-
 class Emit(OnSet):
     type: str = Field(min_length=1, max_length=200, description="Not I, U, D nor baton.*")
     data: dict[str, Any] = Field(default_factory=dict, description="A JSON object.")
-
-
-class ChangeProvider(OnSet):
-    node: NodeName
-    provider: NodeName
-
-
-class OnNode(OnSet):
-    node: NodeName
 
 
 class Switchover(OnSet):
@@ -277,11 +264,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
             del r["held"]  # the nodes skipped as queue-only (or below one): only when any
         return r
 
-    @router.post("/remove-table")
-    async def remove_table(body: RemoveTable) -> dict[str, Any]:
-        """Stop replicating ``table`` on ``node`` (its rows stay); the root last."""
-        return asdict(await _run(commands.remove_table, body.via, body.table, body.node))
-
     @router.get("/tables")
     async def tables(q: Annotated[NodeQuery, Query()]) -> dict[str, str]:
         """The tables ``node`` replicates and their state (copying, catching-up, ok)."""
@@ -301,11 +283,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
 
     # -- providers, tags, pause --------------------------------------------------------------
 
-    @router.post("/change-provider")
-    async def change_provider(body: ChangeProvider) -> dict[str, Any]:
-        """Make ``node`` receive from ``provider`` (see candidates)."""
-        return asdict(await _run(commands.change_provider, body.via, body.node, body.provider))
-
     @router.get("/candidates")
     async def candidates(
         q: Annotated[CandidatesQuery, Query()],
@@ -314,26 +291,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
         ``{name, queue_only, note}`` (a queue-only one cannot give an initial table copy)."""
         found = await _run(commands.candidates_detail, q.via, q.node)
         return [asdict(f) for f in found] if q.detail else [f.name for f in found]
-
-    @router.post("/tag-dead")
-    async def tag_dead(body: OnNode) -> dict[str, Any]:
-        """Tag ``node`` dead in every reachable node list (``not_reached``: send it again)."""
-        return asdict(await _run(commands.tag, body.via, body.node, True))
-
-    @router.post("/tag-alive")
-    async def tag_alive(body: OnNode) -> dict[str, Any]:
-        """Tag ``node`` alive again in every reachable node list."""
-        return asdict(await _run(commands.tag, body.via, body.node, False))
-
-    @router.post("/pause")
-    async def pause(body: OnNode) -> dict[str, Any]:
-        """Pause ``node``'s worker: it applies nothing until resume."""
-        return asdict(await _run(commands.set_paused, body.via, body.node, True))
-
-    @router.post("/resume")
-    async def resume(body: OnNode) -> dict[str, Any]:
-        """Resume ``node``'s worker."""
-        return asdict(await _run(commands.set_paused, body.via, body.node, False))
 
     # -- switchover, failover, resurrect -----------------------------------------------------
 
@@ -432,7 +389,38 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
                        timeout=body.timeout)  # fmt: skip
         return asdict(r)
 
+    # -- the verbs declared once (baton.cascade.verbs) ----------------------------------------
+    for verb in VERBS:
+        _route(router, verb)
     return router
+
+
+def _route(router: APIRouter, verb: Verb[Any, Any]) -> None:
+    """``verb`` as a route: a GET with query parameters for a read, else a POST with a JSON
+    body; the verb's help as its description."""
+    summary, _, rest = verb.help.partition("\n")
+
+    async def run(args: Args) -> Any:
+        return verb.result(await _run(verb.run, args))
+
+    handler: Callable[..., Coroutine[Any, Any, Any]]
+    if verb.read:
+
+        async def read(q: Any) -> Any:
+            return await run(q)
+
+        read.__annotations__ = {"q": Annotated[verb.args, Query()], "return": Any}
+        handler = read
+    else:
+
+        async def change(body: Any) -> Any:
+            return await run(body)
+
+        change.__annotations__ = {"body": verb.args, "return": Any}
+        handler = change
+    handler.__name__ = verb.name.replace("-", "_")
+    add = router.get if verb.read else router.post
+    add(f"/{verb.name}", summary=summary.rstrip("."), description=rest.strip() or None)(handler)
 
 
 __all__ = ["STATUS", "cascade_router"]
