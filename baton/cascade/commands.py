@@ -296,7 +296,9 @@ def add_table(
     its provider). The root captures it; elsewhere it is registered as ``copying`` and the
     node's worker copies it from the provider with Spark, then catches up."""
     if (node is None) == (not everywhere):
-        raise CascadeInputError("give either a node or all")
+        raise CascadeInputError(
+            "give either a node (--node NODE, or node) or every node (--all, or all)"
+        )
     c = open_set(via)
     held = set_ops.without_tables(c, set_ops.live_states(c)) if everywhere else {}
     done = [TableState(n, table, state) for n, state in set_ops.add_table(c, table, node)]
@@ -662,7 +664,9 @@ def add_seq(via: str, seq: str, node: str | None = None, everywhere: bool = Fals
     """Keep sequence ``seq`` on ``node``, or on every live node with tables (the root first):
     at least as high as the root's (PostgreSQL only: SQLite has no sequences)."""
     if (node is None) == (not everywhere):
-        raise CascadeInputError("give either a node or all")
+        raise CascadeInputError(
+            "give either a node (--node NODE, or node) or every node (--all, or all)"
+        )
     c = open_set(via)
     return SeqAdded(seq, seqs.add_seq(c, seq, node))
 

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from baton.cascade import commands, node_ops
+from baton.cascade.model import Role
 
 #: A node's name: checked as node_ops.check_name checks it (one message for the CLI and the
 #: API), with the pattern in the API's schema.
@@ -60,6 +61,36 @@ class RemoveTable(OnSet):
     node: NodeName = Field(description="The node to remove it from.")
 
 
+class Failover(OnSet):
+    dead_root: NodeName = positional()
+
+
+class CreateRoot(Args):
+    name: NodeName = positional()
+    location: Location = positional()
+    set: NodeName = Field(description="The name of the new set.")
+
+
+class CreateSubscriber(OnSet):
+    name: NodeName = positional()
+    location: Location = positional()
+    provider: NodeName = Field(description="The node it receives events from.")
+
+
+class CreateBranch(CreateSubscriber):
+    queue_only: bool = Field(
+        False, description="Keep only the queue: replicate no tables (never add-table)."
+    )
+
+
+class AddTable(OnSet):
+    """Give ``node`` or ``all`` (every live node, the root first)."""
+
+    table: TableName = positional()
+    node: NodeName | None = Field(None, description="The node to add it on.")
+    all: bool = Field(False, description="Every live node, root first.")
+
+
 A = TypeVar("A", bound=Args)
 R = TypeVar("R")
 
@@ -77,9 +108,15 @@ class Verb(Generic[A, R]):
     lines: Callable[[A, R], list[str]]
     #: A read: GET with query parameters (else POST with a JSON body).
     read: bool = False
+    #: The command line takes ``--json`` and prints :meth:`result` instead of the lines.
+    json: bool = False
+    #: The JSON result, when it is not the result's fields as they are.
+    shape: Callable[[R], Any] | None = None
 
     def result(self, value: R) -> Any:
-        """The JSON the API returns."""
+        """The JSON the API returns (and the command line with ``--json``)."""
+        if self.shape is not None:
+            return self.shape(value)
         return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value  # type: ignore[arg-type]
 
 
@@ -99,7 +136,88 @@ def _removed(args: RemoveTable, r: commands.TableRemoved) -> list[str]:
     ]
 
 
+def _done(already: bool) -> str:
+    return " (already done)" if already else ""
+
+
+def created_lines(r: commands.Created) -> list[str]:
+    """What a person reads of a node made (create-root, -branch, -leaf, -node)."""
+    if r.provider is None:
+        return [f"{r.name}: root of set {r.set_name} at {r.location}{_done(r.already)}"]
+    return [
+        f"{r.name}: {r.role} of {r.provider} in set {r.set_name} at {r.location}, "
+        f"from tick {r.position}{_done(r.already)}"
+    ]
+
+
+def _failed_over(args: Failover, r: commands.FailedOver) -> list[str]:
+    return [
+        f"new root: {r.new_root}",
+        f"fork tick: {r.fork}",
+        *(f"note: {note}" for note in r.notes),
+        f"move writers to {r.new_root}; when {args.dead_root} is back, run "
+        f"'baton cascade resurrect {args.dead_root} --save FILE'",
+    ]
+
+
+def _added(args: AddTable, r: commands.TableAdded) -> list[str]:
+    out = []
+    for t in r.nodes:
+        hint = " (the node's worker copies it with Spark)" if t.state == "copying" else ""
+        out.append(f"{t.node}: {t.table} {t.state}{hint}")
+    out += [f"{name}: skipped (tagged dead)" for name in r.skipped]
+    out += [f"{name}: skipped ({why})" for name, why in r.held.items()]
+    return out
+
+
+def _added_json(r: commands.TableAdded) -> dict[str, Any]:
+    out = dataclasses.asdict(r)
+    if not out["held"]:
+        del out["held"]  # the nodes skipped as queue-only (or below one): only when any
+    return out
+
+
 VERBS: list[Verb[Any, Any]] = [
+    Verb(
+        "create-root",
+        "Make the database at LOCATION the root NAME of a new set SET.",
+        CreateRoot,
+        lambda a: commands.create_root(a.name, a.location, a.set),
+        lambda a, r: created_lines(r),
+    ),
+    Verb(
+        "create-branch",
+        "Add branch NAME at LOCATION (keeps the queue: it can provide others).",
+        CreateBranch,
+        lambda a: commands.create_subscriber(
+            Role.BRANCH, a.name, a.location, a.provider, a.via, queue_only=a.queue_only
+        ),
+        lambda a, r: created_lines(r),
+    ),
+    Verb(
+        "create-leaf",
+        "Add leaf NAME at LOCATION (applies tables only; provides no one).",
+        CreateSubscriber,
+        lambda a: commands.create_subscriber(Role.LEAF, a.name, a.location, a.provider, a.via),
+        lambda a, r: created_lines(r),
+    ),
+    Verb(
+        "add-table",
+        "Replicate TABLE on NODE: the root captures it; elsewhere it is registered as copying "
+        "and the node's worker copies it from the provider with Spark, then catches up.",
+        AddTable,
+        lambda a: commands.add_table(a.via, a.table, a.node, a.all),
+        _added,
+        shape=_added_json,
+    ),
+    Verb(
+        "failover",
+        "Unplanned: DEAD_ROOT is gone. Promote the live branch with the highest tick.",
+        Failover,
+        lambda a: commands.failover(a.via, a.dead_root),
+        _failed_over,
+        json=True,
+    ),
     Verb(
         "change-provider",
         "Make NODE receive from PROVIDER (see candidates); its worker follows at once.",
@@ -146,4 +264,4 @@ VERBS: list[Verb[Any, Any]] = [
     ),
 ]
 
-__all__ = ["VERBS", "Args", "OnNode", "OnSet", "Verb", "positional"]
+__all__ = ["VERBS", "Args", "OnNode", "OnSet", "Verb", "created_lines", "positional"]

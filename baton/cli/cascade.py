@@ -29,8 +29,7 @@ from rich.table import Table
 
 from baton.cascade import commands, observe
 from baton.cascade.beat import Phase, ServiceState
-from baton.cascade.model import Role
-from baton.cascade.verbs import VERBS
+from baton.cascade.verbs import VERBS, created_lines
 from baton.cli import cascade_verbs
 from baton.cli.common import EXIT_STORE, EXIT_USAGE, console, fail
 
@@ -107,70 +106,9 @@ def _done(already: bool) -> str:
     return " (already done)" if already else ""
 
 
-@cascade.command("create-root")
-@click.argument("name")
-@click.argument("location")
-@click.option("--set", "set_name", required=True, metavar="SET", help="Name of the new set.")
-@_handled
-def create_root(name: str, location: str, set_name: str) -> None:
-    """Make the database at LOCATION the root NAME of a new set SET."""
-    r = commands.create_root(name, location, set_name)
-    click.echo(f"{r.name}: root of set {r.set_name} at {r.location}{_done(r.already)}")
-
-
-def _create_subscriber(
-    role: Role,
-    name: str,
-    location: str,
-    provider: str,
-    via: str | None,
-    *,
-    queue_only: bool = False,
-) -> None:
-    r = commands.create_subscriber(role, name, location, provider, _via(via), queue_only=queue_only)
-    _print_created(r)
-
-
 def _print_created(r: commands.Created) -> None:
-    if r.provider is None:
-        click.echo(f"{r.name}: root of set {r.set_name} at {r.location}{_done(r.already)}")
-        return
-    click.echo(
-        f"{r.name}: {r.role} of {r.provider} in set {r.set_name} at {r.location}, "
-        f"from tick {r.position}{_done(r.already)}"
-    )
-
-
-_provider_option = click.option(
-    "--provider", required=True, metavar="NODE", help="The node it receives events from."
-)
-
-
-@cascade.command("create-branch")
-@click.argument("name")
-@click.argument("location")
-@_provider_option
-@click.option(
-    "--queue-only", is_flag=True, help="Keep only the queue: replicate no tables (never add-table)."
-)
-@via_option
-@_handled
-def create_branch(
-    name: str, location: str, provider: str, queue_only: bool, via: str | None
-) -> None:
-    """Add branch NAME at LOCATION (keeps the queue: it can provide others)."""
-    _create_subscriber(Role.BRANCH, name, location, provider, via, queue_only=queue_only)
-
-
-@cascade.command("create-leaf")
-@click.argument("name")
-@click.argument("location")
-@_provider_option
-@via_option
-@_handled
-def create_leaf(name: str, location: str, provider: str, via: str | None) -> None:
-    """Add leaf NAME at LOCATION (applies tables only; provides no one)."""
-    _create_subscriber(Role.LEAF, name, location, provider, via)
+    for line in created_lines(r):
+        click.echo(line)
 
 
 @cascade.command("create-node")
@@ -205,27 +143,6 @@ def create_node(
 
 
 # -- tables ------------------------------------------------------------------------------------
-
-
-@cascade.command("add-table")
-@click.argument("table")
-@click.option("--node", metavar="NODE", help="The node to add it on.")
-@click.option("--all", "everywhere", is_flag=True, help="Every live node, root first.")
-@via_option
-@_handled
-def add_table(table: str, node: str | None, everywhere: bool, via: str | None) -> None:
-    """Replicate TABLE on NODE: the root captures it; elsewhere it is registered as copying and
-    the node's worker copies it from the provider with Spark, then catches up."""
-    if (node is None) == (not everywhere):
-        raise click.UsageError("give either --node NODE or --all")
-    r = commands.add_table(_via(via), table, node, everywhere)
-    for t in r.nodes:
-        hint = " (the node's worker copies it with Spark)" if t.state == "copying" else ""
-        click.echo(f"{t.node}: {t.table} {t.state}{hint}")
-    for name in r.skipped:
-        click.echo(f"{name}: skipped (tagged dead)")
-    for name, why in r.held.items():
-        click.echo(f"{name}: skipped ({why})")
 
 
 @cascade.command("tables")
@@ -344,27 +261,6 @@ def switchover(
     else:
         click.echo(f"{new_root} is the root from tick {r.tick}; {r.old_root} is its branch")
         click.echo(f"move writers to {new_root}: {r.old_root} refuses writes from now on")
-
-
-@cascade.command("failover")
-@click.argument("dead_root")
-@via_option
-@json_option
-@_handled
-def failover(dead_root: str, via: str | None, as_json: bool) -> None:
-    """Unplanned: DEAD_ROOT is gone. Promote the live branch with the highest tick."""
-    r = commands.failover(_via(via), dead_root)
-    if as_json:
-        _echo_json(dataclasses.asdict(r))
-        return
-    click.echo(f"new root: {r.new_root}")
-    click.echo(f"fork tick: {r.fork}")
-    for note in r.notes:
-        click.echo(f"note: {note}")
-    click.echo(
-        f"move writers to {r.new_root}; when {dead_root} is back, run "
-        f"'baton cascade resurrect {dead_root} --save FILE'"
-    )
 
 
 @cascade.command("resurrect")

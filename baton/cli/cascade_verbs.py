@@ -4,6 +4,7 @@ read from the verb's argument model, its output the verb's lines."""
 
 from __future__ import annotations
 
+import json
 import types
 from typing import Any, Union, get_args, get_origin
 
@@ -62,8 +63,11 @@ def command(
     params = [_param(name, field, via) for name, field in verb.args.model_fields.items()]
     # Arguments first, in declaration order, as click shows them.
     params.sort(key=lambda p: not isinstance(p, click.Argument))
+    if verb.json:
+        params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
 
     def callback(**given: Any) -> None:
+        as_json = given.pop("as_json", False)
         if "via" in given:
             given["via"] = resolve_via(given["via"])
         values = {k: v for k, v in given.items() if v is not None}
@@ -75,7 +79,11 @@ def command(
                 raise click.UsageError(p.message) from None
             option = p.where.replace("_", "-")
             raise click.UsageError(f"bad {option} {p.value!r}: {p.message}") from None
-        for line in verb.lines(args, verb.run(args)):
+        result = verb.run(args)
+        if as_json:
+            click.echo(json.dumps(verb.result(result), indent=2))
+            return
+        for line in verb.lines(args, result):
             click.echo(line)
 
     return click.Command(verb.name, params=params, callback=handled(callback), help=verb.help)

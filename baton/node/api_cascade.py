@@ -31,7 +31,6 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from baton.cascade import commands
-from baton.cascade.model import Role
 from baton.cascade.verbs import VERBS, Args, Verb
 
 P = ParamSpec("P")
@@ -51,22 +50,6 @@ class _Body(BaseModel):
 
 class OnSet(_Body):
     via: Location = Field(description="The location of any member of the set.")
-
-
-class CreateRoot(_Body):
-    name: NodeName
-    location: Location
-    set: NodeName = Field(description="The name of the new set.")
-
-
-class CreateSubscriber(OnSet):
-    name: NodeName
-    location: Location
-    provider: NodeName
-
-
-class CreateBranch(CreateSubscriber):
-    queue_only: bool = Field(False, description="Keep only the queue: replicate no tables.")
 
 
 class CreateNode(_Body):
@@ -105,14 +88,6 @@ class ReplaceNode(OnSet):
     )
 
 
-class AddTable(OnSet):
-    """Give ``node`` or ``all`` (every live node, the root first)."""
-
-    table: TableName
-    node: NodeName | None = None
-    all: bool = False
-
-
 class Emit(OnSet):
     type: str = Field(min_length=1, max_length=200, description="Not I, U, D nor baton.*")
     data: dict[str, Any] = Field(default_factory=dict, description="A JSON object.")
@@ -127,10 +102,6 @@ class Switchover(OnSet):
         commands.MAX_BEHIND, ge=0, description="Refuse when new_root is more ticks behind."
     )
     dry_run: bool = Field(False, description="Check and return the steps; change nothing.")
-
-
-class Failover(OnSet):
-    dead_root: NodeName
 
 
 class Resurrect(OnSet):
@@ -224,19 +195,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
 
     # -- creating nodes ----------------------------------------------------------------------
 
-    @router.post("/create-root")
-    async def create_root(body: CreateRoot) -> dict[str, Any]:
-        """Make the database at ``location`` the root ``name`` of a new set."""
-        return asdict(await _run(commands.create_root, body.name, body.location, body.set))
-
-    @router.post("/create-branch")
-    async def create_branch(body: CreateBranch) -> dict[str, Any]:
-        """Add the branch ``name`` at ``location``, receiving from ``provider`` (``queue_only``:
-        it keeps the queue and replicates no tables)."""
-        r = await _run(commands.create_subscriber, Role.BRANCH, body.name, body.location,
-                       body.provider, body.via, queue_only=body.queue_only)  # fmt: skip
-        return asdict(r)
-
     @router.post("/create-node")
     async def create_node(body: CreateNode) -> dict[str, Any]:
         """Add a node of ``type``: root (``set``), branch, leaf, queue-only (``provider``,
@@ -246,23 +204,7 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
                        host=body.host)  # fmt: skip
         return asdict(r)
 
-    @router.post("/create-leaf")
-    async def create_leaf(body: CreateSubscriber) -> dict[str, Any]:
-        """Add the leaf ``name`` at ``location``, receiving from ``provider``."""
-        r = await _run(commands.create_subscriber, Role.LEAF, body.name, body.location,
-                       body.provider, body.via)  # fmt: skip
-        return asdict(r)
-
     # -- tables ------------------------------------------------------------------------------
-
-    @router.post("/add-table")
-    async def add_table(body: AddTable) -> dict[str, Any]:
-        """Replicate ``table`` on ``node`` or on ``all`` live nodes. The root captures it;
-        elsewhere it is registered as ``copying`` and the node's worker copies it."""
-        r = asdict(await _run(commands.add_table, body.via, body.table, body.node, body.all))
-        if not r["held"]:
-            del r["held"]  # the nodes skipped as queue-only (or below one): only when any
-        return r
 
     @router.get("/tables")
     async def tables(q: Annotated[NodeQuery, Query()]) -> dict[str, str]:
@@ -308,11 +250,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
         return asdict(
             await _run(commands.switchover, body.via, body.new_root, body.timeout, body.max_behind)
         )
-
-    @router.post("/failover")
-    async def failover(body: Failover) -> dict[str, Any]:
-        """Unplanned: ``dead_root`` is gone; promote the live branch with the highest tick."""
-        return asdict(await _run(commands.failover, body.via, body.dead_root))
 
     @router.post("/resurrect")
     async def resurrect(body: Resurrect) -> dict[str, Any]:
