@@ -18,10 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from baton.cascade import commands, node_ops
 from baton.cascade.model import Role
+from baton.cascade.node_replace import Replaced
 
 #: A node's name: checked as node_ops.check_name checks it (one message for the CLI and the
 #: API), with the pattern in the API's schema.
@@ -37,6 +38,11 @@ TableName = Annotated[str, Field(min_length=1, max_length=128, examples=["accoun
 def positional(description: str = "") -> Any:
     """A field the command line takes as a positional argument."""
     return Field(description=description or None, json_schema_extra={"cli": "argument"})
+
+
+def _json_object(value: object) -> object:
+    """The command line gives ``--data`` as JSON text; the API, as a JSON object."""
+    return commands.parse_event_data(value) if isinstance(value, str) else value
 
 
 class Args(BaseModel):
@@ -89,6 +95,25 @@ class AddTable(OnSet):
     table: TableName = positional()
     node: NodeName | None = Field(None, description="The node to add it on.")
     all: bool = Field(False, description="Every live node, root first.")
+
+
+class ReplaceNode(OnSet):
+    new: NodeName = positional()
+    old: NodeName = Field(description="The branch NEW replaces.")
+    timeout: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds to wait for NEW's worker to catch up.",
+        json_schema_extra={"metavar": "SECONDS"},
+    )
+
+
+class Emit(OnSet):
+    type: str = positional("Not I, U, D nor baton.*")
+    data: Annotated[dict[str, Any], BeforeValidator(_json_object)] = Field(
+        default_factory=dict, description="A JSON object.", json_schema_extra={"metavar": "JSON"}
+    )
 
 
 A = TypeVar("A", bound=Args)
@@ -177,6 +202,16 @@ def _added_json(r: commands.TableAdded) -> dict[str, Any]:
     return out
 
 
+def _replaced(args: ReplaceNode, r: Replaced) -> list[str]:
+    if r.already:
+        return [f"{r.new} has already replaced {r.old} (nothing to do)"]
+    return [
+        f"{r.new}: receives from {r.provider}, in {r.old}'s place",
+        *(f"{name}: receives from {r.new}" for name in r.moved),
+        f"{r.old}: tagged dead" if r.failover else f"{r.old}: receives from {r.new}",
+    ]
+
+
 VERBS: list[Verb[Any, Any]] = [
     Verb(
         "create-root",
@@ -209,6 +244,31 @@ VERBS: list[Verb[Any, Any]] = [
         lambda a: commands.add_table(a.via, a.table, a.node, a.all),
         _added,
         shape=_added_json,
+    ),
+    Verb(
+        "node-switchover",
+        "Planned: NEW takes branch OLD's place; OLD's subscribers move to NEW and OLD becomes "
+        "a subscriber of NEW.",
+        ReplaceNode,
+        lambda a: commands.replace_node(a.via, a.new, a.old, failover=False, timeout=a.timeout),
+        _replaced,
+    ),
+    Verb(
+        "node-failover",
+        "Unplanned: branch OLD is gone. NEW takes its place, its subscribers move to NEW, and "
+        "OLD is tagged dead.",
+        ReplaceNode,
+        lambda a: commands.replace_node(a.via, a.new, a.old, failover=True, timeout=a.timeout),
+        _replaced,
+    ),
+    Verb(
+        "emit",
+        "Add a custom event of TYPE at the root; every node carries it in its queue.",
+        Emit,
+        lambda a: commands.emit(a.via, a.type, a.data),
+        lambda a, r: [
+            f"event {r.ev_id} ({r.type}) added at root {r.root}; it travels with the next tick"
+        ],
     ),
     Verb(
         "failover",

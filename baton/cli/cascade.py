@@ -177,17 +177,6 @@ def missing(node: str, via: str | None, as_json: bool) -> None:
 # -- events ------------------------------------------------------------------------------------
 
 
-@cascade.command("emit")
-@click.argument("type_", metavar="TYPE")
-@click.option("--data", default="{}", show_default=True, metavar="JSON", help="A JSON object.")
-@via_option
-@_handled
-def emit(type_: str, data: str, via: str | None) -> None:
-    """Add a custom event of TYPE at the root; every node carries it in its queue."""
-    r = commands.emit(_via(via), type_, commands.parse_event_data(data))
-    click.echo(f"event {r.ev_id} ({r.type}) added at root {r.root}; it travels with the next tick")
-
-
 # -- providers, tags, pause ----------------------------------------------------------------------
 
 
@@ -545,61 +534,12 @@ def execute(file: Path, via: str | None) -> None:
 # -- replacing a branch ----------------------------------------------------------------------
 
 
-_timeout_option = click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=60.0,
-    show_default=True,
-    help="Seconds to wait for NEW's worker to catch up.",
-)
-
-
-def _replaced(r: object) -> None:
-    from baton.cascade.node_replace import Replaced
-
-    assert isinstance(r, Replaced)
-    if r.already:
-        click.echo(f"{r.new} has already replaced {r.old} (nothing to do)")
-        return
-    click.echo(f"{r.new}: receives from {r.provider}, in {r.old}'s place")
-    for name in r.moved:
-        click.echo(f"{name}: receives from {r.new}")
-    if r.failover:
-        click.echo(f"{r.old}: tagged dead")
-    else:
-        click.echo(f"{r.old}: receives from {r.new}")
-
-
-@cascade.command("node-switchover")
-@click.argument("new")
-@click.option("--old", required=True, metavar="NODE", help="The branch NEW replaces.")
-@_timeout_option
-@via_option
-@_handled
-def node_switchover(new: str, old: str, timeout: float, via: str | None) -> None:
-    """Planned: NEW takes branch OLD's place; OLD's subscribers move to NEW and OLD becomes a
-    subscriber of NEW."""
-    _replaced(commands.replace_node(_via(via), new, old, failover=False, timeout=timeout))
-
-
-@cascade.command("node-failover")
-@click.argument("new")
-@click.option("--old", required=True, metavar="NODE", help="The lost branch NEW replaces.")
-@_timeout_option
-@via_option
-@_handled
-def node_failover(new: str, old: str, timeout: float, via: str | None) -> None:
-    """Unplanned: branch OLD is gone. NEW takes its place, its subscribers move to NEW, and OLD
-    is tagged dead."""
-    _replaced(commands.replace_node(_via(via), new, old, failover=True, timeout=timeout))
-
-
-__all__ = ["cascade"]
-
-
 # -- the verbs declared once (baton.cascade.verbs), as commands ---------------------------------
 
 for _verb in VERBS:
     cascade.add_command(
         cascade_verbs.command(_verb, click.Option(["--via"], **_VIA), _via, _handled)  # type: ignore[arg-type]
     )
+
+
+__all__ = ["cascade"]

@@ -29,6 +29,13 @@ def _base(annotation: Any) -> Any:
     return annotation
 
 
+def _metavar(name: str, field: FieldInfo) -> str:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("metavar"), str):
+        return str(extra["metavar"])
+    return "NODE" if name in ("node", "provider", "old") else name.upper()
+
+
 def _param(name: str, field: FieldInfo, via: click.Option) -> click.Parameter:
     if name == "via":
         return via
@@ -40,12 +47,13 @@ def _param(name: str, field: FieldInfo, via: click.Option) -> click.Parameter:
         return click.Option([flag], is_flag=True, default=False, help=field.description)
     kwargs: dict[str, Any] = {}
     if not field.is_required():  # an explicit default of None would satisfy "required"
-        kwargs = {"default": field.default, "show_default": field.default is not None}
+        default = None if field.default_factory is not None else field.default
+        kwargs = {"default": default, "show_default": default is not None}
     return click.Option(
         [flag],
         required=field.is_required(),
         type={int: int, float: float}.get(base, str),
-        metavar="NODE" if name in ("node", "provider") else name.upper(),
+        metavar=_metavar(name, field),
         help=field.description,
         **kwargs,
     )

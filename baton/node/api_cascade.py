@@ -80,19 +80,6 @@ class Execute(OnSet):
     sql: str = Field(min_length=1, max_length=10_000_000, description="The SQL script.")
 
 
-class ReplaceNode(OnSet):
-    new: NodeName
-    old: NodeName
-    timeout: float = Field(
-        60.0, gt=0, le=3600, description="Seconds to wait for new's worker to catch up."
-    )
-
-
-class Emit(OnSet):
-    type: str = Field(min_length=1, max_length=200, description="Not I, U, D nor baton.*")
-    data: dict[str, Any] = Field(default_factory=dict, description="A JSON object.")
-
-
 class Switchover(OnSet):
     new_root: NodeName
     timeout: float = Field(
@@ -218,11 +205,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
 
     # -- events ------------------------------------------------------------------------------
 
-    @router.post("/emit")
-    async def emit(body: Emit) -> dict[str, Any]:
-        """Add a custom event at the live root; it travels with the next tick."""
-        return asdict(await _run(commands.emit, body.via, body.type, body.data))
-
     # -- providers, tags, pause --------------------------------------------------------------
 
     @router.get("/candidates")
@@ -310,21 +292,6 @@ def cascade_router(auth: Sequence[params.Depends]) -> APIRouter:
         return asdict(await _run(commands.execute, body.via, body.name, body.sql))
 
     # -- replacing a branch ------------------------------------------------------------------
-
-    @router.post("/node-switchover")
-    async def node_switchover(body: ReplaceNode) -> dict[str, Any]:
-        """Planned: ``new`` takes branch ``old``'s place, ``old`` becomes its subscriber; 409
-        if ``new`` did not catch up within ``timeout`` (send it again)."""
-        r = await _run(commands.replace_node, body.via, body.new, body.old, failover=False,
-                       timeout=body.timeout)  # fmt: skip
-        return asdict(r)
-
-    @router.post("/node-failover")
-    async def node_failover(body: ReplaceNode) -> dict[str, Any]:
-        """Unplanned: branch ``old`` is gone; ``new`` takes its place, ``old`` is tagged dead."""
-        r = await _run(commands.replace_node, body.via, body.new, body.old, failover=True,
-                       timeout=body.timeout)  # fmt: skip
-        return asdict(r)
 
     # -- the verbs declared once (baton.cascade.verbs) ----------------------------------------
     for verb in VERBS:
