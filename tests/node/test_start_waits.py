@@ -62,7 +62,7 @@ class _PauseOn(logging.Handler):
 PHASES = {
     "connect": None,
     "membership": ("baton.node", "waiting for membership lease"),
-    "record": ("baton.lease.election", "leader"),
+    "record": ("baton.election", "leader"),  # the election logger keeps its old name
 }
 
 
