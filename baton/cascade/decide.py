@@ -83,12 +83,10 @@ def candidates(node: str, seen: Mapping[str, Seen]) -> list[str]:
     ]
 
 
-def new_root(seen: Mapping[str, Seen], dead_root: str) -> str | None:
-    """The node a failover promotes: among the live, reachable nodes (but ``dead_root``) that
-    carry the queue and have a tick, one that hosts merge-leaves first (a combined set's new
-    root must take the partitions over), then the highest tick, then the first name; None when
-    there is none."""
-    carriers = [
+def carriers(seen: Mapping[str, Seen], dead_root: str) -> list[Seen]:
+    """The live, reachable members (but ``dead_root``) that carry the queue and have a tick:
+    what a failover can promote or catch up from."""
+    return [
         s
         for s in seen.values()
         if s.name != dead_root
@@ -97,26 +95,25 @@ def new_root(seen: Mapping[str, Seen], dead_root: str) -> str | None:
         and s.state.role.carries_queue
         and s.last_tick is not None
     ]
-    if not carriers:
+
+
+def new_root(seen: Mapping[str, Seen], dead_root: str) -> str | None:
+    """The node a failover promotes: among the :func:`carriers`, one that hosts merge-leaves
+    first (a combined set's new root must take the partitions over), then the highest tick,
+    then the first name; None when there is none."""
+    found = carriers(seen, dead_root)
+    if not found:
         return None
-    return min(carriers, key=lambda s: (not s.merging, -(s.last_tick or 0), s.name)).name
+    return min(found, key=lambda s: (not s.merging, -(s.last_tick or 0), s.name)).name
 
 
 def furthest(seen: Mapping[str, Seen], dead_root: str) -> str | None:
     """The carrier that got furthest from the dead root (highest tick, then the last name),
     which the new root catches up from first."""
-    carriers = [
-        s
-        for s in seen.values()
-        if s.name != dead_root
-        and not s.dead
-        and s.state is not None
-        and s.state.role.carries_queue
-        and s.last_tick is not None
-    ]
-    if not carriers:
+    found = carriers(seen, dead_root)
+    if not found:
         return None
-    return max(carriers, key=lambda s: (s.last_tick or 0, s.merging, s.name)).name
+    return max(found, key=lambda s: (s.last_tick or 0, s.merging, s.name)).name
 
 
 def subscription_order(states: Mapping[str, NodeState]) -> list[str]:
@@ -134,6 +131,7 @@ __all__ = [
     "Problem",
     "Seen",
     "candidates",
+    "carriers",
     "chain",
     "furthest",
     "new_root",

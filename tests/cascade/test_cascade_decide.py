@@ -11,6 +11,7 @@ from baton.cascade.decide import (
     Problem,
     Seen,
     candidates,
+    carriers,
     chain,
     new_root,
     provider_problem,
@@ -79,24 +80,18 @@ def test_a_chain_ends_even_in_a_cycle(seen: dict[str, Seen]) -> None:
 def test_a_failover_promotes_the_merging_carrier_then_the_furthest(
     seen: dict[str, Seen], dead_root: str
 ) -> None:
-    carriers = [
-        s
-        for s in seen.values()
-        if s.name != dead_root
-        and not s.dead
-        and s.state is not None
-        and s.state.role.carries_queue
-        and s.last_tick is not None
-    ]
+    found = carriers(seen, dead_root)
+    assert all(s.state is not None and s.state.role.carries_queue for s in found)
+    assert all(not s.dead and s.name != dead_root and s.last_tick for s in found)
     chosen = new_root(seen, dead_root)
-    if not carriers:
+    if not found:
         assert chosen is None
         return
     assert chosen is not None
     best = seen[chosen]
-    assert best in carriers
-    merging = [s for s in carriers if s.merging]
-    pool = merging or carriers
+    assert best in found
+    merging = [s for s in found if s.merging]
+    pool = merging or found
     assert best in pool
     assert best.last_tick == max(s.last_tick or 0 for s in pool)
 
