@@ -324,4 +324,15 @@ VERBS: list[Verb[Any, Any]] = [
     ),
 ]
 
-__all__ = ["VERBS", "Args", "OnNode", "OnSet", "Verb", "created_lines", "positional"]
+__all__ = [
+    "VERBS",
+    "Args",
+    "Location",
+    "NodeName",
+    "OnNode",
+    "OnSet",
+    "TableName",
+    "Verb",
+    "created_lines",
+    "positional",
+]

@@ -28,10 +28,10 @@ from fastapi import APIRouter, HTTPException, Query, Request, Response, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from baton.cascade import commands
-from baton.cascade.verbs import VERBS, Args, Verb
+from baton.cascade.verbs import VERBS, Args, Location, NodeName, OnSet, TableName, Verb
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -39,20 +39,8 @@ R = TypeVar("R")
 #: The status code of each kind of error (see :func:`baton.cascade.commands.classify`).
 STATUS = {"input": 400, "refused": 409, "unfinished": 409, "unreachable": 503}
 
-NodeName = Annotated[str, Field(pattern=commands.NAME_PATTERN, examples=["s1"])]
-Location = Annotated[str, Field(min_length=1, max_length=4096)]
-TableName = Annotated[str, Field(min_length=1, max_length=128, examples=["accounts"])]
 
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class OnSet(_Body):
-    via: Location = Field(description="The location of any member of the set.")
-
-
-class CreateNode(_Body):
+class CreateNode(Args):
     type: str = Field(description="root, branch, leaf, queue-only or merge-leaf")
     name: NodeName
     location: Location
@@ -108,7 +96,7 @@ class Resurrect(OnSet):
         return value
 
 
-class SetQuery(_Body):
+class SetQuery(Args):
     via: Location
 
 
