@@ -6,12 +6,14 @@ Tests built on it never sleep and then assert: they wait for a condition with a 
 
 from baton.local.ports import free_port
 from baton.local.waiting import await_for, wait_for
+from baton.testing.clock import ManualClock
 from baton.testing.fenced import FencedLog
 from baton.testing.servers import EtcdServer, PostgresServer, RedisServer
 
 __all__ = [
     "EtcdServer",
     "FencedLog",
+    "ManualClock",
     "PostgresServer",
     "RedisServer",
     "await_for",
