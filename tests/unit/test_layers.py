@@ -34,7 +34,14 @@ BATON = Path(__file__).resolve().parents[2] / "baton"
 LAYERS: list[tuple[str, ...]] = [
     # Leaves that everything uses: the exception tree, log formatting, timing values and the
     # store's keyspace. They know nothing else of baton.
-    ("baton.errors", "baton.logs", "baton.keys", "baton.backoff", "baton.validation", "baton.clock"),
+    (
+        "baton.errors",
+        "baton.logs",
+        "baton.keys",
+        "baton.backoff",
+        "baton.validation",
+        "baton.clock",
+    ),
     # The coordination store: leases, records, the change feed. Knows nothing of elections.
     ("baton.store",),
     # Leadership over the store: elections, the many-lease keeper, the synchronous facade, and
