@@ -38,7 +38,22 @@ from baton.errors import (
     ChannelUnavailable,
 )
 
-from .protocol import CLOSE_BAD_FRAME, CLOSE_TOO_BIG, CLOSE_UNAUTHORIZED, dumps, frames
+from .protocol import (
+    CLOSE_BAD_FRAME,
+    CLOSE_TOO_BIG,
+    CLOSE_UNAUTHORIZED,
+    UNSUB_CLIENT,
+    Gap,
+    NodeFrame,
+    Pub,
+    Since,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+    dumps,
+    parse_node_frame,
+)
 
 #: Codes after which reconnecting cannot help.
 FATAL_CLOSE = {CLOSE_BAD_FRAME, CLOSE_UNAUTHORIZED, CLOSE_TOO_BIG}
@@ -97,41 +112,37 @@ class Subscription:
         self.done = False
 
     def request(self) -> str:
-        frame: dict[str, Any] = {"type": "subscribe", "channel": self.channel}
-        if self.epoch:
-            frame["since"] = {"epoch": self.epoch, "offset": self.offset}
-        return dumps(frame)
+        since = Since(epoch=self.epoch, offset=self.offset) if self.epoch else None
+        return dumps(Subscribe(channel=self.channel, since=since))
 
-    def _frame(self, frame: dict[str, Any]) -> None:
-        kind = frame.get("type")
-        epoch = int(frame.get("epoch", 0))
-        offset = int(frame.get("offset", 0))
-        if kind == "subscribed":
-            if epoch < self.epoch:
+    def _frame(self, frame: NodeFrame) -> None:
+        if isinstance(frame, Subscribed):
+            if frame.epoch < self.epoch:
                 return
-            self.epoch, self.offset = epoch, offset
+            self.epoch, self.offset = frame.epoch, frame.offset
             self.queue.put_nowait(
-                Message("subscribed", self.channel, epoch, offset, frame.get("data"),
-                        bool(frame.get("recovered")))
+                Message("subscribed", self.channel, frame.epoch, frame.offset, frame.data,
+                        frame.recovered)
             )  # fmt: skip
-        elif kind in ("pub", "gap"):
+        elif isinstance(frame, Pub | Gap):
             # Drop what is older than what we have: another epoch's, or a repeat.
-            if epoch != self.epoch or offset <= self.offset:
+            if frame.epoch != self.epoch or frame.offset <= self.offset:
                 return
-            self.offset = offset
-            self.queue.put_nowait(
-                Message(str(kind), self.channel, epoch, offset, frame.get("data"),
-                        reason=frame.get("reason"), ts=frame.get("ts"))
-            )  # fmt: skip
-        elif kind == "unsubscribed":
-            code = int(frame.get("code", 0))
-            reason = str(frame.get("reason", ""))
-            if code == 1000:
+            self.offset = frame.offset
+            if isinstance(frame, Pub):
+                message = Message("pub", self.channel, frame.epoch, frame.offset, frame.data,
+                                  ts=frame.ts)  # fmt: skip
+            else:
+                message = Message("gap", self.channel, frame.epoch, frame.offset,
+                                  reason=frame.reason)  # fmt: skip
+            self.queue.put_nowait(message)
+        elif isinstance(frame, Unsubscribed):
+            if frame.code == UNSUB_CLIENT:
                 return  # unsubscribed as asked
-            ended = ChannelError.from_code(code, reason)
+            ended = ChannelError.from_code(frame.code, frame.reason)
             if isinstance(ended, ChannelFinished):
                 self.queue.put_nowait(
-                    Message("finished", self.channel, self.epoch, self.offset, reason=reason)
+                    Message("finished", self.channel, self.epoch, self.offset, reason=frame.reason)
                 )
                 self.done = True
             elif isinstance(ended, ChannelUnavailable):
@@ -228,7 +239,7 @@ class Client:
             del self.subs[sub.channel]
             if not sub.done and self._connected.is_set():
                 with contextlib.suppress(Exception):
-                    await self._send(dumps({"type": "unsubscribe", "channel": sub.channel}))
+                    await self._send(dumps(Unsubscribe(channel=sub.channel)))
 
     async def _send(self, text: str) -> None:
         if self._ws is not None:
@@ -272,9 +283,11 @@ class Client:
                         await ws.send(sub.request())
                     backoff.reset()
                     async for message in ws:
-                        for frame in frames(message):
-                            target = self.subs.get(str(frame.get("channel")))
-                            if target is not None:
+                        text = message if isinstance(message, str) else message.decode()
+                        for line in text.split("\n"):
+                            frame = parse_node_frame(line) if line else None
+                            target = self.subs.get(frame.channel) if frame is not None else None
+                            if frame is not None and target is not None:
                                 target._frame(frame)
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else None

@@ -22,12 +22,12 @@ import abc
 import asyncio
 import importlib
 import re
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
+from baton.clock import SYSTEM, Clock
 from baton.errors import BadChannel, ChannelRefused, ConfigError
 from baton.store import Store
 
@@ -98,6 +98,8 @@ class Context:
     store: Store
     settings: Mapping[str, Any] = field(default_factory=dict)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The node's clock: a ``run`` that paces itself waits on it (tests give a manual one).
+    clock: Clock = SYSTEM
 
 
 class Handler(abc.ABC):
@@ -169,11 +171,12 @@ class TickHandler(Handler):
         n = 0
         # On a fixed timeline, so the rate holds when the event loop is busy (a real source
         # does not slow down because its consumers do).
-        start = time.monotonic()
+        clock = ctx.clock
+        start = clock.monotonic()
         while not ctx.stopping.is_set():
-            await asyncio.sleep(max(0.0, start + (n + 1) * every - time.monotonic()))
+            await clock.sleep(max(0.0, start + (n + 1) * every - clock.monotonic()))
             n += 1
-            yield {"n": n, "at": time.time()}
+            yield {"n": n, "at": clock.time()}
             if "fail" in opts and n >= opts["fail"]:
                 raise RuntimeError(f"tick {channel} failed after {n} ticks (fail option)")
             if "end" in opts and n >= opts["end"]:

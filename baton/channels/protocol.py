@@ -29,14 +29,24 @@ type, bad field), 4001 unauthorized (wrong or missing token), 1009 frame too lar
 node is stopping; subscription (``unsubscribed``) 4400 malformed channel, 4404 unknown
 namespace, 4403 refused by the handler, 4503 the leader did not answer or changed meanwhile
 (subscribe again), 4429 the subscriber fell too far behind (subscribe again with ``since``),
-4100 the upstream finished. Every reason is one line.
+4100 the upstream finished. Every reason is one line. The codes turn back into error classes in
+one place, :meth:`baton.errors.ChannelError.from_code`.
+
+Every frame is a pydantic model, one per ``type`` (the discriminator), read by
+:func:`parse_frame` (a client's, strictly: a bad one is a :class:`~baton.errors.BadFrame`) or
+:func:`parse_node_frame` (a node's), and written by :func:`dumps` in the exact bytes above:
+compact JSON, keys in the order shown, optional keys left out when unset. Between nodes, a
+follower asks the leader for a subscriber's initial data with :class:`ForwardedSubscribe`
+(``POST /v1/channels/subscribe``), answered by :class:`Survey` or :class:`SurveyRefusal`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter
+from pydantic import ValidationError as _Invalid
 
 from baton.errors import BadFrame
 
@@ -55,57 +65,105 @@ UNSUB_CLIENT = 1000
 #: The largest epoch or offset a frame may carry (exact in every JSON implementation).
 MAX_INT = 2**53
 
-
-@dataclass(frozen=True, slots=True)
-class Since:
-    epoch: int
-    offset: int
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_INT)]
 
 
-@dataclass(frozen=True, slots=True)
-class Auth:
-    token: str
+class _Frame(BaseModel):
+    """A frame: its fields in wire order; ``_OPTIONAL`` are left out when None."""
+
+    # Unknown keys are ignored, as a newer peer may send more than this one knows.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    _OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    def wire(self) -> dict[str, Any]:
+        """The frame as the JSON object that goes on the wire."""
+        out = self.model_dump()
+        for key in self._OPTIONAL:
+            if out.get(key, 0) is None:
+                del out[key]
+        return out
 
 
-@dataclass(frozen=True, slots=True)
-class Subscribe:
-    channel: str
-    since: Since | None = None
+# -- client to node ---------------------------------------------------------------------------
+
+
+class Since(_Frame):
+    """Where a subscriber left off: the last epoch and offset it saw."""
+
+    epoch: Count
+    offset: Count
+
+
+class Auth(_Frame):
+    type: Literal["auth"] = "auth"
+    token: StrictStr
+
+
+class Subscribe(_Frame):
+    _OPTIONAL = frozenset({"relay", "node", "since"})
+    type: Literal["subscribe"] = "subscribe"
+    channel: Annotated[StrictStr, Field(min_length=1)]
     #: Set by a node relaying to this leader (cluster token only): the epoch it follows,
     #: and the node's id (a leader that stops hands the channel to a relaying node).
-    relay: int | None = None
-    node: str | None = None
+    relay: Count | None = None
+    node: Annotated[StrictStr, Field(min_length=1, max_length=64)] | None = None
+    since: Since | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Unsubscribe:
-    channel: str
+class Unsubscribe(_Frame):
+    type: Literal["unsubscribe"] = "unsubscribe"
+    channel: Annotated[StrictStr, Field(min_length=1)]
 
 
-@dataclass(frozen=True, slots=True)
-class Publish:
-    channel: str
+class Publish(_Frame):
+    type: Literal["publish"] = "publish"
+    channel: Annotated[StrictStr, Field(min_length=1)]
     data: Any
 
 
-Frame = Auth | Subscribe | Unsubscribe | Publish
+Frame = Annotated[Auth | Subscribe | Unsubscribe | Publish, Field(discriminator="type")]
+_CLIENT: TypeAdapter[Frame] = TypeAdapter(Frame)
+
+#: What a bad field is told, by its place in the frame (the frame's type first).
+_HINTS: dict[tuple[str | int, ...], str] = {
+    ("since",): 'since must be {"epoch": E, "offset": O}',
+    ("since", "epoch"): "since.epoch must be an integer from 0 to 2**53",
+    ("since", "offset"): "since.offset must be an integer from 0 to 2**53",
+    ("relay",): "subscribe.relay must be an integer from 0 to 2**53",
+    ("node",): "subscribe.node must be a node id",
+    ("data",): "publish needs data",
+    ("token",): "auth needs a token (a string)",
+}
 
 
-def _int(obj: dict[str, Any], key: str, where: str) -> int:
-    value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
-        raise BadFrame(f"bad frame: {where}.{key} must be an integer from 0 to 2**53")
-    return value
+#: Which bad field is named when several are: the order the fields were always checked in.
+_ORDER = ("since", "relay", "node", "data", "channel", "token")
 
 
-def _channel(obj: dict[str, Any]) -> str:
-    channel = obj.get("channel")
-    if not isinstance(channel, str) or not channel:
-        raise BadFrame(f"bad frame: {obj['type']} needs a channel (a string like 'tick:clock')")
-    return channel
+def _bad(obj: dict[str, Any], exc: _Invalid) -> BadFrame:
+    errors = exc.errors()
+    error = min(
+        errors,
+        key=lambda e: _ORDER.index(e["loc"][1]) if e["loc"][1:2] and e["loc"][1] in _ORDER else 0,
+    )
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        kind = obj.get("type")
+        shown = kind if isinstance(kind, str) and len(kind) < 40 else "?"
+        return BadFrame(
+            f"bad frame: unknown type {shown!r}; use subscribe, unsubscribe, publish or auth"
+        )
+    kind, *where = error["loc"]
+    # A value of a union (``since``, ``relay``) is reported per member: the field is enough.
+    place = tuple(p for p in where if p not in ("Since", "int", "str", "constrained-str"))
+    if place[:1] == ("channel",):
+        return BadFrame(f"bad frame: {kind} needs a channel (a string like 'tick:clock')")
+    hint = _HINTS.get(place) or _HINTS.get(place[:1]) or f"{kind}.{place[0]} is not valid"
+    return BadFrame(f"bad frame: {hint}")
 
 
-def parse_frame(raw: str | bytes, max_frame: int = MAX_FRAME) -> Frame:
+def parse_frame(
+    raw: str | bytes, max_frame: int = MAX_FRAME
+) -> Auth | Subscribe | Unsubscribe | Publish:
     """Read one client frame, or raise :class:`BadFrame` whose ``code`` closes the connection
     and whose message is the one-line reason."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
@@ -119,57 +177,149 @@ def parse_frame(raw: str | bytes, max_frame: int = MAX_FRAME) -> Frame:
         raise BadFrame("bad frame: not valid JSON") from None
     if not isinstance(obj, dict):
         raise BadFrame("bad frame: expected a JSON object with a 'type'")
-    kind = obj.get("type")
-    if kind == "subscribe":
-        since = obj.get("since")
-        parsed: Since | None = None
-        if since is not None:
-            if not isinstance(since, dict):
-                raise BadFrame('bad frame: since must be {"epoch": E, "offset": O}')
-            parsed = Since(_int(since, "epoch", "since"), _int(since, "offset", "since"))
-        relay = _int(obj, "relay", "subscribe") if obj.get("relay") is not None else None
-        node = obj.get("node")
-        if node is not None and not (isinstance(node, str) and 0 < len(node) <= 64):
-            raise BadFrame("bad frame: subscribe.node must be a node id")
-        return Subscribe(_channel(obj), parsed, relay, node)
-    if kind == "unsubscribe":
-        return Unsubscribe(_channel(obj))
-    if kind == "publish":
-        if "data" not in obj:
-            raise BadFrame("bad frame: publish needs data")
-        return Publish(_channel(obj), obj["data"])
-    if kind == "auth":
-        token = obj.get("token")
-        if not isinstance(token, str):
-            raise BadFrame("bad frame: auth needs a token (a string)")
-        return Auth(token)
-    shown = kind if isinstance(kind, str) and len(kind) < 40 else "?"
-    raise BadFrame(
-        f"bad frame: unknown type {shown!r}; use subscribe, unsubscribe, publish or auth"
-    )
+    try:
+        return _CLIENT.validate_python(obj)
+    except _Invalid as exc:
+        raise _bad(obj, exc) from None
+
+
+# -- node to client ---------------------------------------------------------------------------
+
+
+class Subscribed(_Frame):
+    type: Literal["subscribed"] = "subscribed"
+    channel: str
+    epoch: int
+    offset: int
+    recovered: bool = False
+    data: Any = None
+
+
+class Pub(_Frame):
+    type: Literal["pub"] = "pub"
+    channel: str
+    epoch: int
+    offset: int
+    data: Any = None
+    #: When the upstream yielded it (unix time): the delivery latency is measured from here.
+    ts: float | None = None
+
+
+class Gap(_Frame):
+    type: Literal["gap"] = "gap"
+    channel: str
+    epoch: int
+    offset: int
+    reason: str = ""
+
+
+class Unsubscribed(_Frame):
+    type: Literal["unsubscribed"] = "unsubscribed"
+    channel: str
+    code: int
+    reason: str = ""
+
+
+class Refused(_Frame):
+    """A client's publication was refused (its subscriptions go on)."""
+
+    type: Literal["refused"] = "refused"
+    channel: str
+    code: int
+    reason: str = ""
+
+
+NodeFrame = Annotated[Subscribed | Pub | Gap | Unsubscribed | Refused, Field(discriminator="type")]
+_NODE: TypeAdapter[NodeFrame] = TypeAdapter(NodeFrame)
+
+#: A publication of a stream: what its history keeps and its subscribers get.
+Publication = Pub | Gap
+
+
+def parse_node_frame(line: str) -> Subscribed | Pub | Gap | Unsubscribed | Refused | None:
+    """One frame a node sent (one line of a message); None for what this side does not know
+    (a newer node's frame type) or cannot read."""
+    try:
+        return _NODE.validate_json(line)
+    except _Invalid:
+        return None
 
 
 def frames(message: str | bytes) -> list[dict[str, Any]]:
-    """The frames of one message from a node (one per line; JSON text never holds a raw
-    newline)."""
+    """The frames of one message from a node, as JSON objects (one per line; JSON text never
+    holds a raw newline)."""
     text = message.decode() if isinstance(message, bytes) else message
     return [json.loads(line) for line in text.split("\n") if line]
 
 
-def dumps(frame: dict[str, Any]) -> str:
-    """A node's frame as text (compact)."""
-    return json.dumps(frame, separators=(",", ":"))
+def dumps(frame: _Frame) -> str:
+    """A frame as text (compact JSON, keys in wire order)."""
+    return json.dumps(frame.wire(), separators=(",", ":"))
+
+
+# -- node to node: a follower's subscribe, forwarded to the channel's leader -------------------
+
+
+class ForwardedSubscribe(BaseModel):
+    """A follower's subscribe, asked of the channel's leader at the epoch it believes."""
+
+    model_config = ConfigDict(extra="forbid")
+    channel: str = Field(min_length=3, max_length=240)
+    epoch: int = Field(ge=1, le=MAX_INT)
+    user: str = Field(min_length=1, max_length=256)
+    cluster: bool = False
+    namespace: str | None = Field(default=None, max_length=64)
+    #: An offset of ``epoch`` the subscriber had: recover from the history if it covers it.
+    since: int | None = Field(default=None, ge=0, le=MAX_INT)
+
+
+class Survey(BaseModel):
+    """The leader's answer to a subscribe: the initial ``data`` at ``offset`` of ``epoch``,
+    or (``recovered``) the ``frames`` after the subscriber's own ``offset``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    ok: Literal[True] = True
+    epoch: int
+    offset: int
+    data: Any = None
+    recovered: bool = False
+    frames: tuple[str, ...] = ()
+
+    def wire(self) -> dict[str, Any]:
+        if self.recovered:
+            return self.model_dump(include={"ok", "epoch", "offset", "recovered", "frames"})
+        return self.model_dump(include={"ok", "epoch", "offset", "data"})
+
+
+class SurveyRefusal(BaseModel):
+    """The leader refused the subscribe: the protocol's code and one-line reason."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    ok: Literal[False] = False
+    code: int
+    reason: str = "refused"
 
 
 __all__ = [
     "MAX_FRAME",
     "Auth",
+    "ForwardedSubscribe",
     "Frame",
+    "Gap",
+    "NodeFrame",
+    "Pub",
+    "Publication",
     "Publish",
+    "Refused",
     "Since",
     "Subscribe",
+    "Subscribed",
+    "Survey",
+    "SurveyRefusal",
     "Unsubscribe",
+    "Unsubscribed",
     "dumps",
     "frames",
     "parse_frame",
+    "parse_node_frame",
 ]

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -19,11 +17,14 @@ from .handler import User
 from .hub import ChannelHub
 from .protocol import (
     CLOSE_UNAUTHORIZED,
+    UNSUB_CLIENT,
     UNSUB_TOO_SLOW,
     Auth,
     Publish,
+    Refused,
     Subscribe,
     Unsubscribe,
+    Unsubscribed,
     dumps,
     parse_frame,
 )
@@ -46,7 +47,7 @@ def short(reason: str) -> str:
 
 
 class Connection:
-    """One WebSocket: the hub's :class:`~baton.channels.hub.Sink`."""
+    """One WebSocket: the hub's :class:`~baton.channels.stream.Sink`."""
 
     def __init__(self, ws: WebSocket, hub: ChannelHub) -> None:
         self.ws = ws
@@ -96,7 +97,7 @@ class Connection:
                 if ts is not None:
                     stamps.append(ts)
             await self.ws.send_text("\n".join(batch))
-            now = time.time()
+            now = self.hub.clock.time()
             for ts in stamps:
                 metric.observe(max(0.0, now - ts))
 
@@ -165,14 +166,14 @@ async def serve(ws: WebSocket, hub: ChannelHub) -> None:
                 task.add_done_callback(pending.discard)
             elif isinstance(frame, Unsubscribe):
                 if hub.unsubscribe(conn, frame.channel):
-                    conn.send(_unsub(frame.channel, 1000, "unsubscribed"))
+                    conn.send(_unsub(frame.channel, UNSUB_CLIENT, "unsubscribed"))
             elif isinstance(frame, Publish):
                 try:
                     await hub.publish(frame.channel, user, frame.data)
                 except ChannelError as exc:
                     # A refused publication says so, and leaves any subscription alone.
-                    refused = {"type": "refused", "channel": frame.channel, "code": exc.code}
-                    conn.send(dumps({**refused, "reason": " ".join(exc.reason.split())}))
+                    reason = " ".join(exc.reason.split())
+                    conn.send(dumps(Refused(channel=frame.channel, code=exc.code, reason=reason)))
         if conn.closing is not None and not writer.done():
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer, 5)
@@ -212,13 +213,7 @@ async def _subscribe(hub: ChannelHub, conn: Connection, user: User, frame: Subsc
 
 
 def _unsub(channel: str, code: int, reason: str) -> str:
-    frame: dict[str, Any] = {
-        "type": "unsubscribed",
-        "channel": channel,
-        "code": code,
-        "reason": " ".join(reason.split()),
-    }
-    return dumps(frame)
+    return dumps(Unsubscribed(channel=channel, code=code, reason=" ".join(reason.split())))
 
 
 __all__ = ["Connection", "serve", "short"]

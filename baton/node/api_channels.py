@@ -13,25 +13,12 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket, params
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from baton.channels.handler import User
 from baton.channels.hub import ChannelHub
+from baton.channels.protocol import ForwardedSubscribe, SurveyRefusal
 from baton.channels.server import serve
 from baton.errors import ChannelError
-
-
-class ForwardedSubscribe(BaseModel):
-    """A follower's subscribe, asked of the channel's leader at the epoch it believes."""
-
-    model_config = ConfigDict(extra="forbid")
-    channel: str = Field(min_length=3, max_length=240)
-    epoch: int = Field(ge=1, le=2**53)
-    user: str = Field(min_length=1, max_length=256)
-    cluster: bool = False
-    namespace: str | None = Field(default=None, max_length=64)
-    #: An offset of ``epoch`` the subscriber had: recover from the history if it covers it.
-    since: int | None = Field(default=None, ge=0, le=2**53)
 
 
 def channels_router(hub: ChannelHub, auth: Sequence[params.Depends]) -> APIRouter:
@@ -51,8 +38,8 @@ def channels_router(hub: ChannelHub, auth: Sequence[params.Depends]) -> APIRoute
         try:
             answer = await hub.survey(body.channel, user, body.epoch, body.since)
         except ChannelError as exc:
-            return JSONResponse({"ok": False, "code": exc.code, "reason": exc.reason})
-        return JSONResponse({"ok": True, **answer})
+            return JSONResponse(SurveyRefusal(code=exc.code, reason=exc.reason).model_dump())
+        return JSONResponse(answer.wire())
 
     @router.get("/v1/channels", dependencies=list(auth))
     async def channels() -> dict[str, Any]:

@@ -197,8 +197,8 @@ async def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -
             await hub.subscribe(sink, channel, CLUSTER_USER, None)
             lease = await store.get_lease(lease_name(channel))
             assert lease is not None and lease.holder == "a"
-            answer: dict[str, Any] = await hub.survey(channel, CLUSTER_USER, lease.epoch)
-            assert answer["data"] == {"tick": "six", "every": 0.05}
+            answer = await hub.survey(channel, CLUSTER_USER, lease.epoch)
+            assert answer.data == {"tick": "six", "every": 0.05}
             with pytest.raises(ChannelUnavailable, match="does not lead"):
                 await hub.survey(channel, CLUSTER_USER, lease.epoch - 1)
             # Another node takes the lease between the follower's read and the survey.

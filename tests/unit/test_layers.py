@@ -41,6 +41,9 @@ LAYERS: list[tuple[str, ...]] = [
         "baton.backoff",
         "baton.validation",
         "baton.clock",
+        # Node-to-node HTTP (the cluster token, the listen address): here, below both the
+        # channels and the node agent, so that the two share one transport.
+        "baton.transport",
     ),
     # The coordination store: leases, records, the change feed. Knows nothing of elections.
     ("baton.store",),
