@@ -20,11 +20,13 @@ from baton.channels.config import ChannelsConfig
 from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, User
 from baton.channels.hub import ChannelHub, lease_name
 from baton.errors import ChannelRefused, ChannelUnavailable
+from baton.lease.role import Role
 from baton.lease.timings import Timings
 from baton.local.cluster import LocalCluster
 from baton.local.waiting import await_for, wait_for
 from baton.store import Change, ChangeKind, open_store
 from baton.testing.channels import Subscriber
+from baton.testing.clock import ManualClock
 from baton.testing.servers import RedisServer
 from tests.channels.test_failures import leaders, subscribers
 
@@ -208,7 +210,7 @@ async def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -
             with pytest.raises(ChannelUnavailable, match="changed during the subscribe"):
                 await hub.survey(channel, CLUSTER_USER, lease.epoch)
             # And the hub stops publishing at the old epoch as soon as it finds out.
-            await await_for(lambda: hub.streams[channel].role != "leader", timeout=10)
+            await await_for(lambda: hub.streams[channel].role is not Role.LEADER, timeout=10)
         finally:
             await hub.stop()
 
@@ -226,14 +228,15 @@ class Users(Handler):
 
     async def run(self, ctx: Context, channel: Channel) -> AsyncIterator[Any]:
         while not ctx.stopping.is_set():
-            await asyncio.sleep(0.05)
+            await ctx.clock.sleep(0.05)
             yield {"for": channel.path}
 
 
 async def test_per_user_tokens_reach_only_their_namespace(tmp_path: Path) -> None:
     config = ChannelsConfig(handlers={"users": f"{__name__}:Users"})
+    clock = ManualClock()  # the handler publishes on the hub's clock
     async with open_store(f"sqlite://{tmp_path / 'store.db'}") as store:
-        hub = ChannelHub(store, "a", "x" * 32, Timings.for_ttl(2), config=config)
+        hub = ChannelHub(store, "a", "x" * 32, Timings.for_ttl(2), config=config, clock=clock)
         await hub.start()
         try:
             assert hub.authenticate("x" * 32) == CLUSTER_USER
@@ -244,7 +247,7 @@ async def test_per_user_tokens_reach_only_their_namespace(tmp_path: Path) -> Non
             await hub.subscribe(sink, "users:room1", alice, None)
             first = json.loads(sink.texts[0])
             assert first["type"] == "subscribed" and first["data"] == {"hello": "alice"}
-            await await_for(lambda: len(sink.texts) > 2)
+            await clock.run_until(lambda: len(sink.texts) > 2, limit=1.0)
             with pytest.raises(ChannelRefused, match="does not give access"):
                 await hub.subscribe(Frames(), "tick:x", alice, None)
             bob = hub.authenticate("user-bob")
