@@ -140,12 +140,14 @@ _HINTS: dict[tuple[str | int, ...], str] = {
 _ORDER = ("since", "relay", "node", "data", "channel", "token")
 
 
+def _field(loc: tuple[str | int, ...]) -> int:
+    """Where the field of an error's ``loc`` (the frame's type first) comes in :data:`_ORDER`."""
+    return _ORDER.index(str(loc[1])) if len(loc) > 1 and loc[1] in _ORDER else 0
+
+
 def _bad(obj: dict[str, Any], exc: _Invalid) -> BadFrame:
-    errors = exc.errors()
-    error = min(
-        errors,
-        key=lambda e: _ORDER.index(e["loc"][1]) if e["loc"][1:2] and e["loc"][1] in _ORDER else 0,
-    )
+    """The one-line refusal of a frame that failed validation."""
+    error = min(exc.errors(), key=lambda e: _field(e["loc"]))
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
         kind = obj.get("type")
         shown = kind if isinstance(kind, str) and len(kind) < 40 else "?"
@@ -153,8 +155,7 @@ def _bad(obj: dict[str, Any], exc: _Invalid) -> BadFrame:
             f"bad frame: unknown type {shown!r}; use subscribe, unsubscribe, publish or auth"
         )
     kind, *where = error["loc"]
-    # A value of a union (``since``, ``relay``) is reported per member: the field is enough.
-    place = tuple(p for p in where if p not in ("Since", "int", "str", "constrained-str"))
+    place = tuple(where)
     if place[:1] == ("channel",):
         return BadFrame(f"bad frame: {kind} needs a channel (a string like 'tick:clock')")
     hint = _HINTS.get(place) or _HINTS.get(place[:1]) or f"{kind}.{place[0]} is not valid"
