@@ -42,7 +42,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from baton.channels.client import ws_url
 from baton.channels.protocol import frames
-from baton.errors import WaitTimeout
+from baton.errors import ChannelError, ChannelUnavailable, WaitTimeout
 from baton.local.cluster import LocalCluster
 from baton.local.waiting import await_for, wait_for
 from bench.common import Summary, loadavg, temp_dir
@@ -169,7 +169,11 @@ class Receiver:
         if kind == "subscribed":
             self.connected.set()
             return
-        if kind == "unsubscribed" and frame.get("code") == 4503 and self.ws is not None:
+        if (
+            kind == "unsubscribed"
+            and isinstance(ChannelError.from_code(int(frame["code"]), ""), ChannelUnavailable)
+            and self.ws is not None
+        ):
             # The leader did not answer in time (a subscribe burst): ask again, as the
             # Client does.
             request = json.dumps({"type": "subscribe", "channel": self.channel})
