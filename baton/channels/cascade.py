@@ -118,7 +118,7 @@ class CascadeHandler(Handler):
         location = await _location(ctx, node)
         _, seen, _ = await asyncio.to_thread(_position, location)
         while not ctx.stopping.is_set():
-            await asyncio.sleep(POLL)
+            await ctx.clock.sleep(POLL)
             # A node database that fails raises out of here: the leader restarts the upstream
             # and tells subscribers of the gap.
             _, position, source = await asyncio.to_thread(_position, location)

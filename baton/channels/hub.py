@@ -153,6 +153,7 @@ class ChannelHub:
         for stream in self.registry:
             if stream.role == Role.LEADER:
                 with contextlib.suppress(Exception):
+                    # Real seconds: this bounds the store calls of a handover.
                     async with asyncio.timeout(self.timings.lease.request_timeout * 4):
                         await self._stop_stream(stream, handover=True)
 
@@ -419,6 +420,7 @@ class ChannelHub:
         await self.leadership.halt(stream, "", notify=False)
         if lease is not None:
             with contextlib.suppress(StoreError, TimeoutError):
+                # Real seconds: this bounds a store call.
                 async with asyncio.timeout(self.timings.lease.request_timeout):
                     await self.store.release(lease, successor=successor)
             await self.leadership.drop_lease(lease.name)

@@ -221,6 +221,7 @@ class Leadership:
     async def drop_lease(self, name: str) -> None:
         if name in self.keeper.names():
             with contextlib.suppress(StoreError, TimeoutError):
+                # Real seconds: this bounds a store call.
                 async with asyncio.timeout(self.timings.lease.request_timeout):
                     await self.keeper.remove(name)
 
