@@ -31,12 +31,12 @@ import contextlib
 import enum
 import logging
 import random
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TypeVar
 
+from baton.clock import SYSTEM, Clock
 from baton.errors import (
     ConfigError,
     FeedCompacted,
@@ -160,8 +160,11 @@ class Election:
         timings: Timings | None = None,
         *,
         rng: random.Random | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
+        #: Every deadline and wait of the election is on this clock (tests pass a manual one).
+        self.clock = clock
         self.name = check_name("election name", name)
         self.node_id = check_name("node id", node_id)
         self.timings = timings or Timings()
@@ -190,7 +193,7 @@ class Election:
         self.renewal_observer: Callable[[float], None] | None = None
         #: Called with a short operation name when a store call fails (for metrics).
         self.error_observer: Callable[[str], None] | None = None
-        #: ``time.monotonic()`` of the last store call that failed (None: none has).
+        #: ``clock.monotonic()`` of the last store call that failed (None: none has).
         self.store_failed_at: float | None = None
 
     # -- public API --------------------------------------------------------------------------
@@ -206,7 +209,7 @@ class Election:
 
     @property
     def valid_until(self) -> float:
-        """Local ``time.monotonic()`` after which this node stops leading unless it renews
+        """The clock's ``monotonic()`` after which this node stops leading unless it renews
         (0 when not leader). Processes that act for the leader can be held to it."""
         return self._valid_until if self._lease is not None else 0.0
 
@@ -234,6 +237,8 @@ class Election:
             task.cancel()
         if tasks:
             # Bounded: a store client stuck on a dead connection must not hang a clean stop.
+            # Real seconds, not the election's clock: this bounds real I/O, and nothing moves
+            # a manual clock while a test waits for its stop.
             _done, stuck = await asyncio.wait(tasks, timeout=2 * self.timings.request_timeout)
             for task in stuck:
                 log.warning(
@@ -266,17 +271,19 @@ class Election:
 
     async def wait_leadership(self, timeout: float | None = None) -> Term:
         """Wait until this participant leads and return its term."""
-        async with asyncio.timeout(timeout):
+        async with self.clock.timeout(timeout):
             while True:
                 await self._is_leader.wait()
                 term = self.term
                 if term is not None:
                     return term
-                await asyncio.sleep(0.01)  # leader flag set but deadline passed: let _lead see it
+                await self.clock.sleep(
+                    0.01
+                )  # leader flag set but deadline passed: let _lead see it
 
     async def wait_leader(self, timeout: float | None = None) -> str:
         """Wait until some participant is known to lead; return its id."""
-        async with asyncio.timeout(timeout):
+        async with self.clock.timeout(timeout):
             while self.leader is None:
                 self._leader_changed.clear()
                 await self._leader_changed.wait()
@@ -345,7 +352,7 @@ class Election:
         return (
             self._lease is not None
             and self._lease.epoch == epoch
-            and time.monotonic() < self._valid_until
+            and self.clock.monotonic() < self._valid_until
         )
 
     def _emit(self, event: ElectionEvent) -> None:
@@ -411,7 +418,7 @@ class Election:
         self._lose(reason)
         # Do not campaign again until someone else leads (or one ttl passes): a resign that
         # the same node immediately wins back would hand over nothing.
-        self._hold_off_until = time.monotonic() + self.timings.ttl
+        self._hold_off_until = self.clock.monotonic() + self.timings.ttl
         # Shielded: a caller cancelled mid-release (e.g. the body that called resign) must not
         # leave the lease held until it expires.
         release = asyncio.ensure_future(self._call(self.store.release(lease, successor=successor)))
@@ -422,7 +429,7 @@ class Election:
 
     async def _call(self, aw: Awaitable[T]) -> T:
         """Await a store call within the request timeout."""
-        async with asyncio.timeout(self.timings.request_timeout):
+        async with self.clock.timeout(self.timings.request_timeout):
             return await aw
 
     def _election_timeout(self) -> float:
@@ -439,7 +446,7 @@ class Election:
             except asyncio.CancelledError:
                 raise
             except (StoreError, TimeoutError) as exc:
-                self.store_failed_at = time.monotonic()
+                self.store_failed_at = self.clock.monotonic()
                 if self.error_observer is not None:
                     self.error_observer("campaign")
                 log.warning(
@@ -456,7 +463,7 @@ class Election:
         if clear:
             self._wake.clear()
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, delay)):
+            async with self.clock.timeout(max(0.0, delay)):
                 await self._wake.wait()
 
     async def _follow(self) -> None:
@@ -472,7 +479,7 @@ class Election:
             await self._sleep_or_wake(current.expires_at - store_now + 0.001)
             return
         self._set_leader(None, None)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self._successor_for_me:
             self._successor_for_me = False
         elif now < self._hold_off_until:
@@ -483,7 +490,7 @@ class Election:
             if self._wake.is_set() and not self._successor_for_me:
                 return  # something changed while we waited: look again
             self._successor_for_me = False
-        sent_at = time.monotonic()
+        sent_at = self.clock.monotonic()
         lease = await self._call(self.store.acquire(self.name, self.node_id, self.timings.ttl))
         if lease is not None:
             self._become_leader(lease, sent_at)
@@ -499,7 +506,7 @@ class Election:
         assert lease is not None
         next_renewal = self._valid_until - t.renew_deadline + t.renew_interval
         while self.state is State.LEADER and self._lease is lease:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if now >= self._valid_until:
                 # No renewal succeeded in time (or this process was paused): stop acting now.
                 self._lose(await self._why_lost(lease, unreachable=True))
@@ -507,20 +514,20 @@ class Election:
             if now < next_renewal:
                 await self._sleep_or_wake(min(next_renewal, self._valid_until) - now, clear=True)
                 continue
-            sent_at = time.monotonic()
+            sent_at = self.clock.monotonic()
             budget = min(t.request_timeout, self._valid_until - sent_at)
             try:
-                async with asyncio.timeout(budget):
+                async with self.clock.timeout(budget):
                     renewed = (await self.store.renew(self.node_id, [lease]))[lease.name]
             except (StoreError, TimeoutError) as exc:
-                self.store_failed_at = time.monotonic()
+                self.store_failed_at = self.clock.monotonic()
                 if self.error_observer is not None:
                     self.error_observer("renew")
                 log.warning(
                     "renewal failed",
                     extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
                 )
-                next_renewal = time.monotonic() + min(t.request_timeout, t.renew_interval / 4)
+                next_renewal = self.clock.monotonic() + min(t.request_timeout, t.renew_interval / 4)
                 continue
             if self._lease is not lease:
                 return  # resigned or handed over while the renewal was in flight
@@ -530,7 +537,7 @@ class Election:
             lease = self._lease = renewed
             self._valid_until = sent_at + t.renew_deadline
             if self.renewal_observer is not None:
-                self.renewal_observer(time.monotonic() - sent_at)
+                self.renewal_observer(self.clock.monotonic() - sent_at)
             next_renewal = sent_at + t.renew_interval
 
     async def _why_lost(self, lease: Lease, *, unreachable: bool) -> LossReason:
@@ -563,7 +570,7 @@ class Election:
                     "change feed failed",
                     extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
                 )
-                await asyncio.sleep(self.timings.renew_interval / 2)
+                await self.clock.sleep(self.timings.renew_interval / 2)
 
     def _on_change(self, change: Change) -> None:
         # The feed can lag behind what this participant already knows (it read the lease or
@@ -586,5 +593,5 @@ class Election:
             if change.successor == self.node_id:
                 self._successor_for_me = True
             elif change.successor is not None:
-                self._hold_off_until = time.monotonic() + self.timings.ttl
+                self._hold_off_until = self.clock.monotonic() + self.timings.ttl
         self._wake.set()

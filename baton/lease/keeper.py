@@ -23,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable
 
+from baton.clock import SYSTEM, Clock
 from baton.errors import LossReason, StoreError
 from baton.lease.timings import Timings
 from baton.logs import describe
@@ -47,8 +47,12 @@ class LeaseKeeper:
         holder: str,
         timings: Timings | None = None,
         on_lost: Callable[[str, LossReason], None] | None = None,
+        *,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.store = store
+        #: Renewal intervals and deadlines are on this clock (tests pass a manual one).
+        self.clock = clock
         self.holder = check_name("holder", holder)
         self.timings = timings or Timings()
         self.on_lost = on_lost
@@ -64,7 +68,7 @@ class LeaseKeeper:
     def get(self, name: str) -> Lease | None:
         """The lease if it is held and inside its renew deadline, else None."""
         lease = self._leases.get(name)
-        if lease is None or time.monotonic() >= self._valid_until.get(name, 0.0):
+        if lease is None or self.clock.monotonic() >= self._valid_until.get(name, 0.0):
             return None
         return lease
 
@@ -88,6 +92,7 @@ class LeaseKeeper:
         self._valid_until.clear()
         for lease in held:
             with contextlib.suppress(StoreError, TimeoutError):
+                # Real seconds: this bounds real I/O at stop, when nothing moves a test's clock.
                 async with asyncio.timeout(self.timings.request_timeout):
                     await self.store.release(lease)
 
@@ -104,7 +109,7 @@ class LeaseKeeper:
             if name in self._leases:
                 return self._leases[name]
             async with gate:
-                sent = time.monotonic()
+                sent = self.clock.monotonic()
                 lease = await self.store.acquire(name, self.holder, self.timings.ttl)
             if lease is not None:
                 self._leases[name] = lease
@@ -131,19 +136,19 @@ class LeaseKeeper:
     async def _renew_loop(self) -> None:
         t = self.timings
         while True:
-            await asyncio.sleep(t.renew_interval)
+            await self.clock.sleep(t.renew_interval)
             # Past their deadline (this process was paused, or renewals kept failing): drop
             # them before anything else, as an Election steps down.
-            now = time.monotonic()
+            now = self.clock.monotonic()
             for name, until in list(self._valid_until.items()):
                 if now >= until:
                     self._drop(name, LossReason.STORE_UNREACHABLE)
             batch = list(self._leases.values())
             if not batch:
                 continue
-            sent = time.monotonic()
+            sent = self.clock.monotonic()
             try:
-                async with asyncio.timeout(max(t.request_timeout, t.renew_interval / 2)):
+                async with self.clock.timeout(max(t.request_timeout, t.renew_interval / 2)):
                     renewed = await self.store.renew(self.holder, batch)
             except (StoreError, TimeoutError) as exc:
                 log.warning(

@@ -29,6 +29,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, publish_watermark, tick_once
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
+from baton.clock import SYSTEM, Clock
 from baton.errors import FencedOut
 from baton.service.worker import MICRO_BATCH, Worker
 from baton.spark.session import forget, jvm_alive
@@ -57,8 +58,12 @@ class NodeService:
         ticker: TickerConfig | None = None,
         *,
         mode: str = MICRO_BATCH,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.location = location
+        #: The ticker's clock: when a tick is due (its ``time()``, the wall clock the node
+        #: database stamps events and ticks with).
+        self.clock = clock
         #: How the worker applies: :data:`~baton.service.worker.MODES`.
         self.mode = mode
         self.epoch = epoch
@@ -99,7 +104,7 @@ class NodeService:
                 if self.worker is not None:
                     self.worker.close()
                     self.worker = None
-                tick_once(db, self.ticker, time.time())
+                tick_once(db, self.ticker, self.clock.time())
                 if self._pull.due():
                     pull_watermarks(db)
                 publish_watermark(db)

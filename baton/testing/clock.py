@@ -1,8 +1,9 @@
 """A clock that moves only when the test moves it (see :mod:`baton.clock`).
 
 Give one :class:`ManualClock` to every part under test (and its :meth:`ManualClock.time` to an
-embedded SQLite store as ``clock=``), then move time with :meth:`ManualClock.advance` or wait
-for a condition in clock time with :meth:`ManualClock.run_until`::
+embedded SQLite store as ``clock=``), then move time with :meth:`ManualClock.advance` (pure
+timer logic), :meth:`ManualClock.run_for` (a span in which real store calls run) or wait for
+a condition in clock time with :meth:`ManualClock.run_until`::
 
     clock = ManualClock()
     store = SQLiteStore(path, clock=clock.time)
@@ -125,17 +126,34 @@ class ManualClock:
         self._now = target
         await self.settle()
 
+    def jump(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` at once, running nothing on the way: what a
+        process paused (by a GC, a VM migration, SIGSTOP) sees when it runs again. Timers
+        that fell due fire at the next :meth:`advance`."""
+        if seconds < 0:
+            raise ValueError("a clock never goes back")
+        self._now += seconds
+
+    async def run_for(self, seconds: float, *, step: float = 0.01) -> None:
+        """Let ``seconds`` of clock time pass in ``step``s, with a real millisecond between
+        steps (see :meth:`run_until`): for spans in which real store calls run."""
+        end = self._now + seconds
+        while self._now < end:
+            await asyncio.sleep(0.001)
+            await self.advance(min(step, end - self._now))
+
     async def run_until(
         self,
         condition: Callable[[], bool],
         *,
         limit: float,
-        step: float = 0.05,
+        step: float = 0.01,
         what: str = "the condition",
     ) -> float:
         """Advance in ``step``s until ``condition()`` holds; fail after ``limit`` seconds of
-        clock time. Between steps the loop gets a real millisecond, for store calls in flight.
-        Returns the clock time it took."""
+        clock time. Between steps the loop gets a real millisecond, for store calls in flight:
+        keep ``step`` well below the request timeouts of the parts under test, or a slow real
+        call could see its clock-time timeout pass. Returns the clock time it took."""
         began = self._now
         while not condition():
             if self._now - began >= limit:
