@@ -1,6 +1,8 @@
 # The two set-up commands of the README: `make demo` and `make test`. Both set up everything.
 VENV := .venv
 BIN := $(VENV)/bin
+# Quiet local Spark sessions start from the class archive `make setup` builds (if it could).
+export BATON_SPARK_CLASS_ARCHIVE := $(CURDIR)/$(VENV)/spark-classes.jsa
 
 .PHONY: setup demo test lint unit bench chaos clean
 

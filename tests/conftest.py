@@ -3,16 +3,23 @@ dir, and a ``store_url`` parametrised over the three backends with a fresh names
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from baton.spark.class_archive import ENV_ARCHIVE
 from baton.store import Store, open_store
 from baton.testing.servers import PostgresServer, RedisServer
 
 BACKENDS = ("sqlite", "redis", "postgres")
+
+# Every Spark driver the tests start (in this process or in the nodes' processes, which inherit
+# the environment) starts from the venv's class archive when `make setup` built one.
+os.environ.setdefault(ENV_ARCHIVE, str(Path(sys.prefix) / "spark-classes.jsa"))
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from baton.errors import ConfigError, SparkUnavailable
+from baton.spark import class_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -218,6 +219,9 @@ def _quiet_settings(work: Path, at: Where) -> dict[str, str]:
         f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work} "
         "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     )
+    if at.local:
+        # The driver is a JVM on this host: start it from the class archive when there is one.
+        driver_java = f"{driver_java} {class_archive.java_options()}".strip()
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
