@@ -17,8 +17,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Two workers: the Spark tests on one, one after the other (tests/conftest.py: SPARK_TESTS),
+# everything else beside them on the other.
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 bench: setup
 	@BATON_BENCH=1 ./scripts/setup.sh
