@@ -78,7 +78,7 @@ class Leadership:
         self.tasks = tasks
         self._settings = settings
         self._resubscribe = resubscribe
-        self.keeper = LeaseKeeper(store, node, timings.lease, on_lost=self.on_lost)
+        self.keeper = LeaseKeeper(store, node, timings.lease, on_lost=self.on_lost, clock=clock)
         self.upstreams = Upstreams(
             registry,
             self.keeper,
