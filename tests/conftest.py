@@ -37,6 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.nodeid.startswith(SPARK_TESTS):
             item.add_marker(pytest.mark.xdist_group("spark"))
 
+
 # Every Spark driver the tests start (in this process or in the nodes' processes, which inherit
 # the environment) starts from the venv's class archive when `make setup` built one.
 os.environ.setdefault(ENV_ARCHIVE, str(Path(sys.prefix) / "spark-classes.jsa"))
