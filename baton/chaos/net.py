@@ -41,6 +41,15 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return res
 
 
+def _free_subnet() -> int:
+    """A ``10.213.<n>.0/24`` no network of this host uses yet: two test runs side by side (the
+    suite's two workers, a campaign beside a partition test) must not share a harness
+    address."""
+    taken = _ip("-o", "-4", "addr", "show", check=False).stdout
+    free = [n for n in range(10, 251) if f" 10.213.{n}." not in taken]
+    return random.choice(free or list(range(10, 251)))
+
+
 class Network:
     """Namespaces ``btx<tag>-<host>`` on one bridge, host ``i`` at ``10.213.<subnet>.<i+1>``."""
 
@@ -51,7 +60,7 @@ class Network:
             if shutil.which(tool) is None:
                 raise ConfigError(f"{tool} not found: apt-get install iproute2 nftables")
         self.tag = f"{os.getpid() % 10000:04d}"
-        self.subnet = subnet if subnet is not None else random.randint(10, 250)
+        self.subnet = subnet if subnet is not None else _free_subnet()
         self.hosts = list(hosts)
         self.hub = f"{PREFIX}{self.tag}-hub"
         self._addr = {h: f"10.213.{self.subnet}.{i + 1}" for i, h in enumerate(self.hosts)}
