@@ -44,7 +44,7 @@ from redis.sentinel import Sentinel
 from baton.errors import NoMaster
 from baton.failover import master_client
 from baton.failover.config import server_config
-from baton.failover.server import switch
+from baton.failover.serve import switch
 from baton.local.ports import free_port
 from baton.local.processes import Proc
 from baton.local.waiting import wait_for

@@ -102,7 +102,8 @@ def server_cmd(
 ) -> None:
     """Run a configuration server: watch the master, switch when every client agrees."""
     from baton.failover.config import server_config
-    from baton.failover.server import ConfigurationServer, run_server
+    from baton.failover.serve import run_server
+    from baton.failover.server import ConfigurationServer
 
     cfg = server_config(
         _settings(
@@ -316,7 +317,7 @@ def switch_cmd(
     """Planned switch to NEW_MASTER (H:P): every client invalidates, writes pause on the old
     master until NEW_MASTER caught up, then it is promoted: no acknowledged write is lost."""
     from baton.failover.config import server_config
-    from baton.failover.server import switch
+    from baton.failover.serve import switch
     from baton.store.master_file import parse_address
 
     # The outcome is this command's one line (or its one error line), not the round's log.

@@ -67,7 +67,7 @@ class Roles:
 
     async def start(self) -> None:
         from baton.failover.client import run_client
-        from baton.failover.server import run_server
+        from baton.failover.serve import run_server
 
         if self.config.client is not None:
             self._tasks.append(

@@ -36,28 +36,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from baton import logs
 from baton.errors import ConfigError, FailoverError
-from baton.failover.client import bind, http_server
 from baton.failover.config import ServerConfig
 from baton.failover.decide import (
     Answer,
     ClientReport,
-    ClientState,
     RoundOutlook,
     ServerInfo,
     Token,
@@ -66,104 +55,16 @@ from baton.failover.decide import (
     first_master,
     round_outlook,
 )
-from baton.store.master_file import Address, parse_address
+from baton.failover.messages import Clients, Reply
+from baton.failover.redis_io import TOKEN_KEY, RedisServers
+from baton.failover.status import Metrics, Observed, build_app
+from baton.store.master_file import Address
 
 log = logging.getLogger("baton.failover.server")
-
-#: Where a master keeps the token of the round that made it master (replicated to replicas).
-TOKEN_KEY = "baton:failover:token"
-
-# Raise the key only: two servers establishing the same master keep the newest token.
-_RAISE_TOKEN = """
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local g, s = string.match(cur, '^(%d+) (.*)$')
-  if g then
-    local ng = tonumber(ARGV[1])
-    if tonumber(g) > ng or (tonumber(g) == ng and s >= ARGV[2]) then
-      return 0
-    end
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2])
-return 1
-"""
-
 
 #: Seconds a promotion waits for the new master's clock to pass the old master's: a skew past
 #: this needs the clocks fixed, not a longer wait.
 CLOCK_FENCE_LIMIT = 30.0
-
-
-class Metrics:
-    """What the server exposes on ``/metrics``."""
-
-    def __init__(self) -> None:
-        self.registry = r = CollectorRegistry()
-        self.rounds = Counter(
-            "baton_failover_rounds_total", "Failover rounds by outcome", ["outcome"], registry=r
-        )
-        self.held_back = Gauge(
-            "baton_failover_held_back",
-            "1 while a switch is held back because a client did not confirm",
-            registry=r,
-        )
-        self.master_up = Gauge(
-            "baton_failover_master_up", "1 while the master answers the server", registry=r
-        )
-        self.confirming = Gauge(
-            "baton_failover_clients_confirming",
-            "Clients that answered the last message of a round",
-            registry=r,
-        )
-
-
-@dataclass
-class Reply:
-    client: str
-    answer: str | None
-    """None: not reached (or an error); the reason says why."""
-    reason: str = ""
-    report: ClientReport | None = None
-    """The client's state after answering (None when it did not answer)."""
-
-    @property
-    def highest(self) -> Token | None:
-        return None if self.report is None else self.report.state.highest
-
-    def to_json(self) -> dict[str, Any]:
-        state = None if self.report is None else self.report.state
-        return {
-            "client": self.client,
-            "answer": self.answer,
-            "reason": self.reason,
-            **(ClientState() if state is None else state).to_json(),
-            "master": None
-            if self.report is None or self.report.master is None
-            else str(self.report.master),
-        }
-
-
-def _report(data: dict[str, Any]) -> ClientReport:
-    """A client's ``/v1/state`` (or an answer carrying it) as a :class:`ClientReport`;
-    :class:`ConfigError` when it is not one."""
-    master = data.get("master")
-    quiet = data.get("quiet", 0.0)
-    return ClientReport(
-        ClientState.from_json(data),
-        None if not master else parse_address(str(master)),
-        float(quiet) if isinstance(quiet, int | float) and not isinstance(quiet, bool) else 0.0,
-    )
-
-
-@dataclass
-class Observed:
-    """The server's picture, for ``status`` and ``/v1/status``."""
-
-    master: Address | None = None
-    master_token: Token | None = None
-    last_round: dict[str, Any] | None = None
-    alerts: list[str] = field(default_factory=list)
 
 
 class ConfigurationServer:
@@ -174,6 +75,10 @@ class ConfigurationServer:
         self.metrics = Metrics()
         self.generation = 0
         self.seen = Observed()
+        self.redis = RedisServers(
+            config.redis_servers, config.request_timeout, config.redis_password
+        )
+        self.clients = Clients(config.clients, config.request_timeout, config.token)
         self._failures = 0
         self._last_time: float = 0.0
         """The master's clock (``TIME``, seconds) at its last successful check."""
@@ -181,155 +86,38 @@ class ConfigurationServer:
         self._next_round = 0.0
         self.invalidated: Token | None = None
         """The round in which every client invalidated, until its reconfigure was sent."""
-        # A client answers a ping or an invalidate after trying the old master for up to
-        # request_timeout (sent as check_timeout): wait for that, plus a request's own time.
-        self._http = httpx.AsyncClient(
-            timeout=2 * config.request_timeout + 0.5,
-            headers={"authorization": f"Bearer {config.token}"} if config.token else {},
-        )
-        self._redis: dict[Address, aioredis.Redis] = {}
 
     async def close(self) -> None:
-        await self._http.aclose()
-        for client in self._redis.values():
-            with contextlib.suppress(RedisError, OSError):
-                await client.aclose()
-        self._redis.clear()
+        await self.clients.close()
+        await self.redis.close()
 
-    # -- Redis --------------------------------------------------------------------------------
-
-    def _r(self, address: Address) -> aioredis.Redis:
-        client = self._redis.get(address)
-        if client is None:
-            t = self.config.request_timeout
-            client = aioredis.Redis(
-                host=address.host,
-                port=address.port,
-                password=self.config.redis_password,
-                socket_timeout=t,
-                socket_connect_timeout=t,
-                retry=Retry(NoBackoff(), 0),
-            )
-            self._redis[address] = client
-        return client
-
-    async def _drop(self, address: Address) -> None:
-        client = self._redis.pop(address, None)
-        if client is not None:
-            with contextlib.suppress(RedisError, OSError):
-                await client.aclose()
+    # What ``status`` and the tests ask of the servers and clients directly.
 
     async def check(self, address: Address) -> float | None:
         """The server's clock if it answers, else None."""
-        try:
-            async with asyncio.timeout(self.config.request_timeout):
-                sec, usec = await self._r(address).time()
-            return int(sec) + int(usec) / 1e6
-        except (RedisError, OSError, TimeoutError):
-            await self._drop(address)
-            return None
+        return await self.redis.clock(address)
 
     async def info(self, address: Address) -> ServerInfo:
-        try:
-            async with asyncio.timeout(self.config.request_timeout):
-                r = self._r(address)
-                rep = await r.info("replication")
-                space = await r.info("keyspace")
-                raw = await r.get(TOKEN_KEY)
-        except (RedisError, OSError, TimeoutError):
-            await self._drop(address)
-            return ServerInfo(address, reachable=False)
-        role = str(rep.get("role", ""))
-        master_of = None
-        link_up = rep.get("master_link_status") == "up"
-        synced = True
-        if role == "slave":
-            with contextlib.suppress(ConfigError):
-                master_of = parse_address(f"{rep.get('master_host')}:{rep.get('master_port')}")
-            offset = int(rep.get("slave_repl_offset", -1))
-            # Redis says -1 while the link has never been up since the server started.
-            synced = link_up or int(rep.get("master_link_down_since_seconds", -1)) >= 0
-        else:
-            offset = int(rep.get("master_repl_offset", -1))
-        keys = sum(int(db.get("keys", 0)) for db in space.values() if isinstance(db, dict))
-        return ServerInfo(
-            address,
-            reachable=True,
-            role=role,
-            offset=offset,
-            master_of=master_of,
-            link_up=link_up,
-            token=Token.decode(raw),
-            keys=keys,
-            synced=synced,
-        )
+        return await self.redis.info(address)
 
     async def infos(self) -> list[ServerInfo]:
-        return list(await asyncio.gather(*(self.info(a) for a in self.config.redis_servers)))
-
-    async def _replicate(self, server: Address, master: Address) -> None:
-        try:
-            r = self._r(server)
-            # A replica syncs at once instead of after the default 5 s delay.
-            await r.config_set("repl-diskless-sync-delay", 0)
-            await r.replicaof(master.host, master.port)
-            log.info("made a replica", extra={"server": str(server), "master": str(master)})
-        except (RedisError, OSError, TimeoutError) as exc:
-            await self._drop(server)
-            log.warning(
-                "could not make a replica",
-                extra={"server": str(server), "error": logs.describe(exc)},
-            )
-
-    async def _raise_token(self, address: Address, token: Token) -> None:
-        await self._r(address).eval(_RAISE_TOKEN, 1, TOKEN_KEY, token.generation, token.server)
-
-    # -- clients ------------------------------------------------------------------------------
+        return await self.redis.infos()
 
     async def send(self, cid: str, kind: str, body: Mapping[str, Any]) -> Reply:
-        url = f"{self.config.client_url(cid)}/v1/{kind}"
-        try:
-            res = await self._http.post(url, json={"client": cid, **body})
-        except httpx.HTTPError as exc:
-            return Reply(cid, None, f"not reached: {logs.describe(exc)}")
-        try:
-            data = res.json()
-        except ValueError:
-            data = {}
-        if res.status_code != 200 or not isinstance(data, dict):
-            detail = data.get("error") if isinstance(data, dict) else None
-            return Reply(cid, None, f"answered {res.status_code}: {detail or res.text[:200]}")
-        try:
-            return Reply(cid, str(data.get("answer")), str(data.get("reason") or ""), _report(data))
-        except ConfigError as exc:
-            return Reply(cid, None, f"bad answer: {exc}")
+        return await self.clients.send(cid, kind, body)
 
     async def broadcast(self, kind: str, body: Mapping[str, Any]) -> list[Reply]:
-        return list(
-            await asyncio.gather(*(self.send(cid, kind, body) for cid in self.config.clients))
-        )
+        return await self.clients.broadcast(kind, body)
 
     async def client_states(self) -> dict[str, dict[str, Any] | str]:
         """Each client's ``/v1/state`` (or why it could not be read)."""
+        return await self.clients.states()
 
-        async def one(cid: str) -> tuple[str, dict[str, Any] | str]:
-            try:
-                res = await self._http.get(f"{self.config.client_url(cid)}/v1/state")
-            except httpx.HTTPError as exc:
-                return cid, f"not reached: {logs.describe(exc)}"
-            if res.status_code != 200:
-                return cid, f"answered {res.status_code}"
-            try:
-                data = res.json()
-            except ValueError:
-                data = None
-            if not isinstance(data, dict):
-                return cid, "answered something that is not a client's state"
-            if data.get("client") != cid:
-                return cid, f"answered as client {data.get('client')!r}"
-            return cid, data
+    async def reports(self) -> list[ClientReport]:
+        """What every client that answers says of itself (``/v1/state``)."""
+        return await self.clients.reports()
 
-        return dict(await asyncio.gather(*(one(c) for c in self.config.clients)))
+    # -- rounds -------------------------------------------------------------------------------
 
     def _learn(self, replies: list[Reply]) -> Token | None:
         """The highest token any reply reports; raises our generation above it."""
@@ -342,33 +130,32 @@ class ConfigurationServer:
         self.generation += 1
         return Token(self.generation, self.config.server_id)
 
-    def _hold_back(self, token: Token, step: str, replies: list[Reply]) -> None:
+    def _hold_back(self, token: Token, step: str, replies: list[Reply]) -> FailoverError:
+        """A round held back at ``step`` because not every client answered it."""
         bad = [r for r in replies if r.answer != step]
         what = "; ".join(f"{r.client}: {r.answer or 'no answer'} ({r.reason})" for r in bad)
-        alert = f"switch held back in round {token} at {step}: {what}"
+        self.metrics.confirming.set(len(replies) - len(bad))
+        return self._held_back(token, step, what, replies)
+
+    def _held_back(
+        self, token: Token, step: str, why: str, replies: list[Reply] | None = None
+    ) -> FailoverError:
+        """Log, count and show a round held back at ``step``; the error to raise."""
+        alert = f"switch held back in round {token} at {step}: {why}"
         log.warning(alert, extra={"round": str(token)})
         self.metrics.held_back.set(1)
         self.metrics.rounds.labels("held_back").inc()
-        self.metrics.confirming.set(len(replies) - len(bad))
         self.seen.alerts = [alert]
         self.seen.last_round = {
             "token": token.to_json(),
             "outcome": "held back",
             "step": step,
-            "replies": [r.to_json() for r in replies],
+            **({} if replies is None else {"replies": [r.to_json() for r in replies]}),
             "at": time.time(),
         }
+        return FailoverError(alert)
 
     # -- discovery ----------------------------------------------------------------------------
-
-    async def reports(self) -> list[ClientReport]:
-        """What every client that answers says of itself (``/v1/state``)."""
-        out = []
-        for data in (await self.client_states()).values():
-            if isinstance(data, dict):
-                with contextlib.suppress(ConfigError):
-                    out.append(_report(data))
-        return out
 
     async def discover(self) -> None:
         """Take the current master from the clients: the master of the newest round they
@@ -453,12 +240,10 @@ class ConfigurationServer:
             return
         token = self._next_token()
         try:
-            await self._raise_token(master, token)
-            raw = await self._r(master).get(TOKEN_KEY)
+            await self.redis.raise_token(master, token)
+            self.seen.master_token = await self.redis.token(master)
         except (RedisError, OSError) as exc:
             log.warning("could not mark the master", extra={"error": logs.describe(exc)})
-            return
-        self.seen.master_token = Token.decode(raw)
 
     @property
     def quiet_limit(self) -> float:
@@ -542,7 +327,7 @@ class ConfigurationServer:
                 )
                 continue
             if info.role == "master" or info.master_of != master:
-                await self._replicate(info.address, master)
+                await self.redis.replicate(info.address, master)
 
     async def round(
         self, *, old: Address | None, check: bool, new: Address | None = None,
@@ -568,13 +353,11 @@ class ConfigurationServer:
         self._learn(replies)
         self.metrics.confirming.set(sum(r.answer == Answer.PONG for r in replies))
         if not all(r.answer == Answer.PONG for r in replies):
-            self._hold_back(token, Answer.PONG, replies)
-            raise FailoverError(self.seen.alerts[0])
+            raise self._hold_back(token, Answer.PONG, replies)
         replies = await self.broadcast("invalidate", body)
         self._learn(replies)
         if not all(r.answer == Answer.INVALIDATED for r in replies):
-            self._hold_back(token, Answer.INVALIDATED, replies)
-            raise FailoverError(self.seen.alerts[0])
+            raise self._hold_back(token, Answer.INVALIDATED, replies)
         log.info("every client invalidated the master", extra={"round": str(token)})
         self.invalidated = token
         holding = asyncio.create_task(self._hold(token))
@@ -611,7 +394,7 @@ class ConfigurationServer:
         """A round after every client invalidated: promote, then reconfigure."""
         paused = False
         if planned and old is not None and new is not None:
-            await self._catch_up(old, new, catch_up_timeout, token)
+            await self.redis.catch_up(old, new, catch_up_timeout, token)
             paused = True
         infos = await self.infos()
         if new is None:
@@ -623,35 +406,20 @@ class ConfigurationServer:
                     if empty
                     else "no replica answers"
                 )
-                alert = (
-                    f"switch held back in round {token} at promote: {why}; the clients keep "
-                    "an empty master file until a later round"
+                raise self._held_back(
+                    token,
+                    "promote",
+                    f"{why}; the clients keep an empty master file until a later round",
                 )
-                log.warning(alert, extra={"round": str(token)})
-                self.metrics.held_back.set(1)
-                self.metrics.rounds.labels("held_back").inc()
-                self.seen.alerts = [alert]
-                self.seen.last_round = {
-                    "token": token.to_json(),
-                    "outcome": "held back",
-                    "step": "promote",
-                    "at": time.time(),
-                }
-                raise FailoverError(alert)
             new = chosen.address
         try:
-            r = self._r(new)
-            await r.replicaof("NO", "ONE")
-            # A planned switch whose server died while it waited left writes paused on its
-            # old master; a round that names that master again lifts the pause.
-            await r.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
-            await self._raise_token(new, token)
+            await self.redis.promote(new, token)
             if new != self.seen.master:
                 # Naming the master it has been checking again (a round taken over) grants
                 # nothing new: the fence is for a master that takes another's place.
                 await self._clock_fence(new)
         except (RedisError, OSError) as exc:
-            await self._drop(new)
+            await self.redis.drop(new)
             self.metrics.rounds.labels("failed").inc()
             raise FailoverError(
                 f"round {token}: could not promote {new}: {logs.describe(exc)}; clients keep "
@@ -675,10 +443,9 @@ class ConfigurationServer:
         self._failures = 0
         for info in infos:
             if info.address != new and info.reachable:
-                await self._replicate(info.address, new)
+                await self.redis.replicate(info.address, new)
         if paused and old is not None:
-            with contextlib.suppress(RedisError, OSError):
-                await self._r(old).execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
+            await self.redis.unpause(old)
         took = time.monotonic() - started
         self.metrics.rounds.labels("switched").inc()
         self.metrics.held_back.set(0)
@@ -699,41 +466,6 @@ class ConfigurationServer:
         self._next_periodic = time.monotonic() + self.config.reconfigure_interval
         return new
 
-    async def _catch_up(self, old: Address, new: Address, timeout: float, token: Token) -> None:
-        """Planned switch: stop writes on the old master (``CLIENT PAUSE WRITE``: a write that
-        was already on its way waits, then fails once the old master is a replica), then wait
-        until the new master's replication offset reaches the old master's."""
-        r_old = self._r(old)
-        try:
-            pause_ms = str(int(timeout * 1000) + 5000)
-            await r_old.execute_command("CLIENT", "PAUSE", pause_ms, "WRITE")  # type: ignore[no-untyped-call]
-            target = int((await r_old.info("replication"))["master_repl_offset"])
-        except (RedisError, OSError, KeyError) as exc:
-            raise FailoverError(
-                f"round {token}: could not pause writes on {old}: {logs.describe(exc)}"
-            ) from None
-        deadline = time.monotonic() + timeout
-        while True:
-            info = await self.info(new)
-            if info.reachable and info.role == "slave" and info.master_of == old:
-                if info.offset >= target:
-                    log.info(
-                        "new master caught up",
-                        extra={"round": str(token), "offset": target, "new": str(new)},
-                    )
-                    return
-            elif info.reachable and info.role != "slave":
-                break
-            if time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.01)
-        with contextlib.suppress(RedisError, OSError):
-            await r_old.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
-        raise FailoverError(
-            f"round {token}: {new} did not catch up with {old} (offset {target}) in {timeout:g}s; "
-            "nothing was promoted: run the switch again"
-        )
-
     async def _clock_fence(self, new: Address) -> None:
         """Wait until ``new``'s clock is past the last ``TIME`` read on the old master plus
         one check interval and one request timeout (the longest the old master can have
@@ -751,18 +483,7 @@ class ConfigurationServer:
                 extra={"server": self.config.server_id, "new_master": str(new)},
             )
             return
-        deadline = time.monotonic() + CLOCK_FENCE_LIMIT
-        while True:
-            now = await self.check(new)
-            if now is not None and now > fence:
-                return
-            if time.monotonic() > deadline:
-                raise FailoverError(
-                    f"the clock of {new} stays behind the old master's by more than "
-                    f"{CLOCK_FENCE_LIMIT:g} s: "
-                    "fix the clocks (NTP) before switching"
-                )
-            await asyncio.sleep(0.01)
+        await self.redis.wait_for_clock(new, fence, CLOCK_FENCE_LIMIT)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -793,93 +514,20 @@ class ConfigurationServer:
                 await asyncio.wait_for(stop.wait(), self.config.check_interval)
 
 
-def build_app(server: ConfigurationServer) -> Starlette:
-    """``GET /v1/status`` (JSON) and ``GET /metrics`` (Prometheus)."""
+def __getattr__(name: str) -> Any:
+    # The role's entry points live in baton.failover.serve (which builds on this module);
+    # they stay importable from here, where they always were.
+    if name in ("run_server", "switch"):
+        from baton.failover import serve
 
-    async def status(request: Request) -> Response:
-        return JSONResponse(server.status())
-
-    async def metrics(request: Request) -> Response:
-        return Response(generate_latest(server.metrics.registry), media_type="text/plain")
-
-    return Starlette(
-        routes=[
-            Route("/v1/status", status, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-        ]
-    )
-
-
-async def run_server(config: ServerConfig, stop: asyncio.Event) -> None:
-    """Run the server role (and its status API when ``listen`` is set) until ``stop``."""
-    server = ConfigurationServer(config)
-    serving: asyncio.Future[None] | None = None
-    http = None
-    if config.listen is not None:
-        sock = bind(config.listen)
-        http = http_server(build_app(server), config.listen)
-        serving = asyncio.ensure_future(http.serve(sockets=[sock]))
-    log.info(
-        "configuration server started",
-        extra={
-            "server": config.server_id,
-            "redis_servers": ",".join(str(a) for a in config.redis_servers),
-            "clients": ",".join(config.clients),
-        },
-    )
-    try:
-        await server.run(stop)
-    finally:
-        if http is not None and serving is not None:
-            http.should_exit = True
-            with contextlib.suppress(Exception):
-                await serving
-        await server.close()
-
-
-async def switch(config: ServerConfig, new: Address, timeout: float = 30.0) -> dict[str, Any]:
-    """A planned switch to ``new``: a round with a token above every running server's (they
-    adopt it at their next periodic reconfigure), writes paused on the old master until the
-    new one caught up, so no acknowledged write is lost."""
-    if new not in config.redis_servers:
-        raise ConfigError(
-            f"{new} is not one of the Redis servers ({', '.join(map(str, config.redis_servers))})"
-        )
-    server = ConfigurationServer(config)
-    try:
-        await server.discover()
-        old = server.seen.master
-        if old is None:
-            raise FailoverError("no current master found: nothing to switch from")
-        if old == new:
-            raise ConfigError(f"{new} is already the master: nothing to do")
-        info = await server.info(new)
-        if not info.reachable:
-            raise FailoverError(f"{new} does not answer: choose a reachable replica")
-        if info.role != "slave" or info.master_of != old:
-            raise FailoverError(f"{new} is not a replica of the master {old}: wait until it is")
-        try:
-            await server.round(
-                old=old, check=False, new=new, planned=True, catch_up_timeout=timeout
-            )
-        except FailoverError:
-            if server.invalidated is None:
-                raise  # held back before every client invalidated: nothing to undo
-            # Every client invalidated but the new master did not catch up: give the clients
-            # the old master back with a round of our own, then report.
-            with contextlib.suppress(FailoverError):
-                await server.round(old=None, check=False, new=old)
-            raise
-        return server.status()
-    finally:
-        await server.close()
+        return getattr(serve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
+    "CLOCK_FENCE_LIMIT",
     "TOKEN_KEY",
     "ConfigurationServer",
     "Metrics",
     "build_app",
-    "run_server",
-    "switch",
 ]
