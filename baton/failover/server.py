@@ -514,16 +514,6 @@ class ConfigurationServer:
                 await asyncio.wait_for(stop.wait(), self.config.check_interval)
 
 
-def __getattr__(name: str) -> Any:
-    # The role's entry points live in baton.failover.serve (which builds on this module);
-    # they stay importable from here, where they always were.
-    if name in ("run_server", "switch"):
-        from baton.failover import serve
-
-        return getattr(serve, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "CLOCK_FENCE_LIMIT",
     "TOKEN_KEY",

@@ -30,19 +30,16 @@ the value (never the token's) and what is expected. Numeric keys take numbers on
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -50,36 +47,22 @@ from pydantic import (
 from baton.channels.config import ChannelsConfig
 from baton.errors import ConfigError, redact_url
 from baton.lease.timings import Timings
+from baton.settings import Decode, Env, Environment, Settings, TomlFile, env_vars
 from baton.store import open_store
-from baton.validation import Int, Seconds, first_problem
+from baton.validation import Int, Seconds
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _ADDR = re.compile(r"^(?P<host>[A-Za-z0-9.:\[\]-]+):(?P<port>\d{1,5})$")
-SECRET_KEYS = {"token"}
-#: A key whose name looks like this never has its value shown (a Spark conf entry may be one).
-_SECRET_NAME = re.compile(r"(?i)secret|passw|credential|(token|key)$")
-#: Plain words for pydantic's type errors (by error type, which is stable; the text is not).
-_EXPECTED = {
-    "string_type": "expected a string (in quotes)",
-    "path_type": "expected a path (a string in quotes)",
-    "int_type": "expected a whole number",
-    "int_parsing": "expected a whole number",
-    "int_from_float": "expected a whole number",
-    "float_type": "expected a number of seconds",
-    "float_parsing": "expected a number of seconds",
-    "finite_number": "expected a finite number",
-    "dict_type": "expected a table (k = v pairs)",
-    "model_type": "expected a table (k = v pairs)",
-    "model_attributes_type": "expected a table (k = v pairs)",
-}
 
 
 class SparkConfig(BaseModel):
     """Where the node's Spark work runs (used by the data pipeline)."""
 
     model_config = ConfigDict(extra="forbid")
-    master: str | None = None
-    remote: str | None = None
+    # Either variable says where Spark runs, replacing the file's choice (a file's master and
+    # the environment's remote are not "both": the environment wins).
+    master: Annotated[str | None, Env("BATON_SPARK_MASTER", clears=("remote",))] = None
+    remote: Annotated[str | None, Env("BATON_SPARK_REMOTE", clears=("master",))] = None
     conf: dict[str, str] = Field(default_factory=dict)
 
     # The same checks as everywhere else a session is built (baton.spark.session.where).
@@ -110,7 +93,7 @@ class SparkConfig(BaseModel):
 
 class TimingsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    ttl: Seconds = 10.0
+    ttl: Annotated[Seconds, Env("BATON_TTL")] = 10.0
     renew_interval: Seconds | None = None
     renew_deadline: Seconds | None = None
     request_timeout: Seconds | None = None
@@ -125,32 +108,46 @@ class TimingsConfig(BaseModel):
 class PlacementConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: The controller reconciles at least this often (and at once on any relevant change).
-    reconcile_interval: Seconds = Field(default=0.5, gt=0, le=60)
+    reconcile_interval: Annotated[Seconds, Env("BATON_RECONCILE_INTERVAL")] = Field(
+        default=0.5, gt=0, le=60
+    )
 
 
-class NodeConfig(BaseModel):
+class NodeConfig(Settings):
     """A validated node configuration."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    noun: ClassVar[str] = "config"
+    docs: ClassVar[str] = "docs/node.md"
 
-    node_id: str
-    listen: str = "127.0.0.1:7400"
-    advertise: str | None = None
-    store: str
-    token: str | None = Field(default=None, repr=False)
-    token_file: Path | None = None
-    data_dir: Path
-    capacity: Int = Field(default=100, ge=1, le=1_000_000)
-    labels: dict[str, str] = Field(default_factory=dict)
+    node_id: Annotated[str, Env("BATON_NODE_ID")]
+    listen: Annotated[str, Env("BATON_LISTEN")] = "127.0.0.1:7400"
+    advertise: Annotated[str | None, Env("BATON_ADVERTISE")] = None
+    store: Annotated[str, Env("BATON_STORE")]
+    token: Annotated[str | None, Env("BATON_TOKEN")] = Field(default=None, repr=False)
+    token_file: Annotated[Path | None, Env("BATON_TOKEN_FILE")] = None
+    data_dir: Annotated[Path, Env("BATON_DATA_DIR")]
+    capacity: Annotated[Int, Env("BATON_CAPACITY")] = Field(default=100, ge=1, le=1_000_000)
+    labels: Annotated[dict[str, str], Env("BATON_LABELS", Decode.PAIRS)] = Field(
+        default_factory=dict
+    )
     timings: TimingsConfig = Field(default_factory=TimingsConfig)
     spark: SparkConfig = Field(default_factory=SparkConfig)
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     #: Extra workload types: type name -> "package.module:Class".
-    workloads: dict[str, str] = Field(default_factory=dict)
+    workloads: Annotated[dict[str, str], Env("BATON_WORKLOADS", Decode.PAIRS)] = Field(
+        default_factory=dict
+    )
     #: Live channels (see baton.channels.config; env BATON_CHANNELS as JSON).
-    channels: ChannelsConfig = Field(default_factory=ChannelsConfig)
+    channels: Annotated[ChannelsConfig, Env("BATON_CHANNELS", Decode.JSON)] = Field(
+        default_factory=ChannelsConfig
+    )
     #: Store failover roles run by this agent (see baton.failover.roles; docs/failover.md).
     redis_failover: dict[str, Any] | None = None
+
+    @classmethod
+    def missing(cls, where: str) -> str:
+        var = next((v for v, (_, path) in env_vars(cls).items() if ".".join(path) == where), None)
+        return f"set it in the file or as {var}" if var else "set it in the file"
 
     @field_validator("node_id")
     @classmethod
@@ -247,91 +244,9 @@ class NodeConfig(BaseModel):
         return out
 
 
-_ENV: dict[str, tuple[str, ...]] = {
-    "BATON_NODE_ID": ("node_id",),
-    "BATON_LISTEN": ("listen",),
-    "BATON_ADVERTISE": ("advertise",),
-    "BATON_STORE": ("store",),
-    "BATON_TOKEN": ("token",),
-    "BATON_TOKEN_FILE": ("token_file",),
-    "BATON_DATA_DIR": ("data_dir",),
-    "BATON_CAPACITY": ("capacity",),
-    "BATON_LABELS": ("labels",),
-    "BATON_WORKLOADS": ("workloads",),
-    "BATON_TTL": ("timings", "ttl"),
-    "BATON_RECONCILE_INTERVAL": ("placement", "reconcile_interval"),
-    "BATON_SPARK_MASTER": ("spark", "master"),
-    "BATON_SPARK_REMOTE": ("spark", "remote"),
-    "BATON_CHANNELS": ("channels",),
-}
-
-
-def _apply_env(data: dict[str, Any], env: Mapping[str, str]) -> None:
-    # Either Spark variable says where Spark runs, replacing the file's choice (a file's
-    # master and the environment's remote are not "both": the environment wins).
-    spark = data.get("spark")
-    if isinstance(spark, dict) and (env.get("BATON_SPARK_MASTER") or env.get("BATON_SPARK_REMOTE")):
-        spark.pop("master", None)
-        spark.pop("remote", None)
-    for var, path in _ENV.items():
-        if var not in env:
-            continue
-        value: Any = env[var]
-        if var in ("BATON_LABELS", "BATON_WORKLOADS"):
-            pairs = [p for p in value.split(",") if p]
-            if not all("=" in p for p in pairs):
-                raise ConfigError(f"{var}={value!r}: expected k=v pairs separated by commas")
-            value = dict(p.split("=", 1) for p in pairs)
-        elif var == "BATON_CHANNELS":
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise ConfigError(f"{var}: expected a JSON object (the [channels] table)") from None
-        node = data
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
-
-
 def load(path: Path | None, env: Mapping[str, str] | None = None) -> NodeConfig:
-    """Read ``path`` (TOML, optional) and the environment; validate; return the config."""
-    env = os.environ if env is None else env
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    _apply_env(data, env)
-    try:
-        return NodeConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_first_error(exc)) from None
-
-
-def _first_error(exc: ValidationError) -> str:
-    """One line naming the key (every error has one), the value unless it may be secret, and
-    what is expected."""
-    p = first_problem(exc)
-    loc = p.where or "config"
-    msg = _EXPECTED.get(p.kind) or p.message
-    if p.kind == "missing":
-        return f"config key {loc} is missing: set it in the file or as BATON_{loc.upper()}"
-    if p.kind == "extra_forbidden":
-        return f"unknown config key {loc}: remove it (see docs/node.md for the keys)"
-    if loc == "config":  # a whole-config check: its message names the keys involved
-        return f"config: {msg}"
-    if loc in SECRET_KEYS or any(_SECRET_NAME.search(str(part)) for part in p.loc):
-        return f"config {loc}: {msg} (value not shown)"
-    return f"config {loc}={_show(p.value)}: {msg}"
-
-
-def _show(value: object) -> str:
-    """``value`` as it would be written in the TOML file, a URL's password redacted."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return repr(redact_url(value))
-    return repr(value)
+    """Read ``path`` (TOML, optional) and the environment (``os.environ`` unless given), the
+    environment winning key by key; validate; return the config."""
+    return NodeConfig.load(
+        Environment(NodeConfig, os.environ if env is None else env), TomlFile(NodeConfig, path)
+    )

@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
         "baton.keys",
         "baton.backoff",
         "baton.validation",
+        "baton.settings",
         "baton.clock",
         # Node-to-node HTTP (the cluster token, the listen address): here, below both the
         # channels and the node agent, so that the two share one transport.
