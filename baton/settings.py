@@ -29,7 +29,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from baton.errors import ConfigError, redact_url
-from baton.validation import first_problem
+from baton.validation import Problem, first_problem
 
 
 class Decode(Enum):
@@ -183,12 +183,16 @@ EXPECTED = {
 
 
 class Settings(BaseSettings):
-    """Base of baton's configurations. A subclass words its errors with :attr:`noun` (what
-    its keys are called), :attr:`docs` (where they are listed) and :meth:`missing`."""
+    """Base of baton's configurations. A subclass words its errors with :attr:`noun` and
+    :attr:`key` (what its values and keys are called), :attr:`docs` (where the keys are
+    listed) and :meth:`missing`."""
 
     model_config = SettingsConfigDict(extra="forbid", frozen=True, validate_default=True)
 
+    #: What a value line starts with (``config capacity=0: ...``).
     noun: ClassVar[str] = "config"
+    #: What a key is called (``unknown config key colour``).
+    key: ClassVar[str] = "config key"
     docs: ClassVar[str] = "docs/"
 
     @classmethod
@@ -223,18 +227,29 @@ class Settings(BaseSettings):
     def describe(cls, exc: ValidationError) -> str:
         """The one line for ``exc``: the key, the value unless it may be secret, and what is
         expected (or what to do)."""
-        p = first_problem(exc)
-        noun, loc = cls.noun, p.where
+        p = _first(exc)
+        noun, key, loc = cls.noun, cls.key, p.where
         msg = EXPECTED.get(p.kind) or p.message
         if p.kind == "missing":
-            return f"{noun} key {loc} is missing: {cls.missing(loc)}"
+            return f"{key} {loc} is missing: {cls.missing(loc)}"
         if p.kind == "extra_forbidden":
-            return f"unknown {noun} key {loc}: remove it (see {cls.docs} for the keys)"
+            return f"unknown {key} {loc}: remove it (see {cls.docs} for the keys)"
         if not loc:  # a whole-config check: its message names the keys involved
             return f"{noun}: {msg}"
         if any(SECRET_NAME.search(str(part)) for part in p.loc):
             return f"{noun} {loc}: {msg} (value not shown)"
         return f"{noun} {loc}={show(p.value)}: {msg}"
+
+
+def _first(exc: ValidationError) -> Problem:
+    """The problem to name: an unknown key before all others (a misspelt key is also the
+    likeliest cause of a missing one), otherwise pydantic's first."""
+    for err in exc.errors():
+        if err["type"] == "extra_forbidden":
+            loc = tuple(err["loc"])
+            where = ".".join(str(part) for part in loc)
+            return Problem(loc, where, str(err["msg"]), "extra_forbidden", err.get("input"))
+    return first_problem(exc)
 
 
 def show(value: object) -> str:

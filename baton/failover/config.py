@@ -28,23 +28,30 @@ Client (``baton redis-failover client --config FILE``)::
 
 The same keys may sit in a ``[redis_failover]`` table, the server's in its ``server`` sub-table
 (how a node agent's config carries both roles: see :mod:`baton.failover.roles`). Environment:
-``BATON_FAILOVER_TOKEN`` for the token.
+``BATON_FAILOVER_TOKEN`` for the token (when neither the options nor the file give one).
+
+Read as every baton configuration is (:mod:`baton.settings`): :class:`ServerSettings` and
+:class:`ClientSettings` validate the whole, and build the value objects the roles run with
+(:class:`ServerConfig`, :class:`ClientConfig`).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import socket
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, AliasChoices, Field, PlainValidator, model_validator
 
 from baton.errors import ConfigError
 from baton.failover.decide import check_server_id, parse_servers
+from baton.settings import Env, Environment, Settings, Values, read_toml
 from baton.store.master_file import Address, check_master_path, parse_address
+from baton.validation import Int, Seconds
 
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -89,25 +96,22 @@ def parse_clients(value: str | dict[str, Any]) -> dict[str, Address]:
     return out
 
 
-def _seconds(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"bad {name} {value!r}: expected a number of seconds")
-    if not low <= value <= high:
-        raise ConfigError(f"bad {name} {value!r}: use {low:g} to {high:g} seconds")
-    return float(value)
+def _servers(value: Any) -> list[Address]:
+    if not isinstance(value, str | list):
+        raise ConfigError("expected H:P,H:P,... or a list of 'host:port'")
+    return parse_servers(value)
 
 
-def _token(data: dict[str, Any]) -> str | None:
-    token = data.get("token") or os.environ.get("BATON_FAILOVER_TOKEN") or None
-    token_file = data.get("token_file")
-    if token_file:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
-        raise ConfigError("bad failover token: use at least 16 characters (value not shown)")
-    return token
+def _listen(value: Any) -> Address:
+    if isinstance(value, Address):
+        return value
+    if not isinstance(value, str):
+        raise ConfigError("expected 'host:port'")
+    return parse_address(value, what="listen address")
+
+
+def _listen_or_none(value: Any) -> Address | None:
+    return None if not value else _listen(value)
 
 
 @dataclass(frozen=True)
@@ -140,100 +144,157 @@ class ClientConfig:
 
 def load_table(path: Path | None) -> dict[str, Any]:
     """The TOML file's keys (those of its ``[redis_failover]`` table if it has one)."""
-    if path is None:
-        return {}
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"bad TOML in {path}: {exc}") from None
-    table = data.get("redis_failover", data)
-    if not isinstance(table, dict):
-        raise ConfigError(f"bad [redis_failover] in {path}: expected a table")
-    return dict(table)
+    return {} if path is None else read_toml(path, "redis_failover")
 
 
-_SERVER_KEYS = {
-    "server_id", "redis_servers", "clients", "client_ids", "listen", "check_interval",
-    "retries", "request_timeout", "reconfigure_interval", "token", "token_file",
-    "redis_password",
-}  # fmt: skip
-_CLIENT_KEYS = {
-    "client_id", "master_file", "listen", "state_file", "check_timeout", "token",
-    "token_file", "redis_password",
-}  # fmt: skip
+class _Role(Settings):
+    """What both roles share: the token between them, the Redis password, the wording."""
+
+    docs: ClassVar[str] = "docs/failover.md"
+    #: The other role's keys: a file that configures both roles is read by each.
+    others: ClassVar[frozenset[str]] = frozenset()
+    #: What to do about each required key that is missing.
+    hints: ClassVar[dict[str, str]] = {}
+
+    token: Annotated[str | None, Env("BATON_FAILOVER_TOKEN")] = Field(default=None, repr=False)
+    token_file: Path | None = None
+    redis_password: str | None = Field(default=None, repr=False)
+
+    @classmethod
+    def missing(cls, where: str) -> str:
+        return cls.hints.get(where, f"set {where}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _own_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in cls.others}
+        return data
+
+    @model_validator(mode="after")
+    def _read_token(self) -> _Role:
+        token = self.token or None
+        if self.token_file is not None:
+            try:
+                token = Path(self.token_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read token file {self.token_file}: {exc.strerror}"
+                ) from None
+        if token is not None and len(token) < 16:
+            raise ConfigError("bad failover token: use at least 16 characters (value not shown)")
+        object.__setattr__(self, "token", token)
+        return self
 
 
-def _unknown(data: dict[str, Any], known: set[str], role: str) -> None:
-    extra = sorted(set(data) - known)
-    if extra:
-        raise ConfigError(
-            f"unknown {role} setting {extra[0]!r}: known are {', '.join(sorted(known))}"
+class ServerSettings(_Role):
+    """A configuration server's settings (see the module's docstring)."""
+
+    noun: ClassVar[str] = "server config"
+    key: ClassVar[str] = "server setting"
+    others: ClassVar[frozenset[str]] = frozenset(
+        {"client_id", "master_file", "state_file", "check_timeout"}
+    )
+    hints: ClassVar[dict[str, str]] = {
+        "redis_servers": "no Redis servers given: use --redis-servers H:P,H:P,...",
+        "clients": "no clients given: use --client-ids id@host:port,... (every client)",
+    }
+
+    redis_servers: Annotated[list[Address], PlainValidator(_servers)]
+    clients: Annotated[dict[str, Address], PlainValidator(parse_clients)] = Field(
+        validation_alias=AliasChoices("clients", "client_ids")
+    )
+    server_id: Annotated[str, AfterValidator(check_server_id)] = Field(
+        default_factory=socket.gethostname
+    )
+    listen: Annotated[Address | None, PlainValidator(_listen_or_none)] = None
+    check_interval: Seconds = Field(default=0.5, ge=0.01, le=60)
+    retries: Int = Field(default=3, ge=0, le=100)
+    request_timeout: Seconds = Field(default=1.0, ge=0.05, le=60)
+    reconfigure_interval: Seconds = Field(default=2.0, ge=0.05, le=3600)
+
+    def build(self) -> ServerConfig:
+        return ServerConfig(
+            redis_servers=self.redis_servers,
+            clients=self.clients,
+            server_id=self.server_id,
+            listen=self.listen,
+            check_interval=self.check_interval,
+            retries=self.retries,
+            request_timeout=self.request_timeout,
+            reconfigure_interval=self.reconfigure_interval,
+            token=self.token,
+            redis_password=self.redis_password,
         )
 
 
-def server_config(data: dict[str, Any]) -> ServerConfig:
-    """Validate a server's settings (file keys overridden by command-line options)."""
-    data = {k: v for k, v in data.items() if v is not None}
-    _unknown(data, _SERVER_KEYS | {"client_id", "master_file", "state_file", "check_timeout"},
-             "server")  # fmt: skip
-    if "redis_servers" not in data:
-        raise ConfigError("no Redis servers given: use --redis-servers H:P,H:P,...")
-    servers = parse_servers(data["redis_servers"])
-    clients_raw = data.get("clients", data.get("client_ids"))
-    if clients_raw is None:
-        raise ConfigError("no clients given: use --client-ids id@host:port,... (every client)")
-    retries = data.get("retries", 3)
-    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 100:
-        raise ConfigError(f"bad retries {retries!r}: use a whole number from 0 to 100")
-    listen = data.get("listen")
-    return ServerConfig(
-        redis_servers=servers,
-        clients=parse_clients(clients_raw),
-        server_id=check_server_id(str(data.get("server_id") or socket.gethostname())),
-        listen=None if not listen else parse_address(str(listen), what="listen address"),
-        check_interval=_seconds("check_interval", data.get("check_interval", 0.5), 0.01, 60),
-        retries=retries,
-        request_timeout=_seconds("request_timeout", data.get("request_timeout", 1.0), 0.05, 60),
-        reconfigure_interval=_seconds(
-            "reconfigure_interval", data.get("reconfigure_interval", 2.0), 0.05, 3600
-        ),
-        token=_token(data),
-        redis_password=data.get("redis_password"),
-    )
+class ClientSettings(_Role):
+    """A configuration client's settings (see the module's docstring)."""
+
+    noun: ClassVar[str] = "client config"
+    key: ClassVar[str] = "client setting"
+    others: ClassVar[frozenset[str]] = frozenset(
+        {
+            "server_id", "redis_servers", "clients", "client_ids", "check_interval", "retries",
+            "request_timeout", "reconfigure_interval",
+        }
+    )  # fmt: skip
+    hints: ClassVar[dict[str, str]] = {
+        "client_id": "no client id given: use --client-id ID",
+        "master_file": "no master file given: use --master-file PATH",
+        "listen": "no listen address given: use --listen HOST:PORT",
+    }
+
+    client_id: Annotated[str, AfterValidator(check_client_id)]
+    master_file: Annotated[Path, AfterValidator(check_master_path)]
+    listen: Annotated[Address, PlainValidator(_listen)]
+    #: Default: the master file's path + ``.state``.
+    state_file: Path | None = None
+    check_timeout: Seconds = Field(default=0.5, ge=0.01, le=60)
+
+    @model_validator(mode="after")
+    def _state_file(self) -> ClientSettings:
+        state_file = Path(self.state_file or f"{self.master_file}.state").absolute()
+        if state_file == self.master_file:
+            raise ConfigError(f"bad state_file {state_file}: it must not be the master file")
+        object.__setattr__(self, "state_file", check_master_path(state_file))
+        return self
+
+    def build(self) -> ClientConfig:
+        assert self.state_file is not None  # set by _state_file
+        return ClientConfig(
+            client_id=self.client_id,
+            master_file=self.master_file,
+            listen=self.listen,
+            state_file=self.state_file,
+            check_timeout=self.check_timeout,
+            token=self.token,
+            redis_password=self.redis_password,
+        )
 
 
-def client_config(data: dict[str, Any]) -> ClientConfig:
-    """Validate a client's settings (file keys overridden by command-line options)."""
-    data = {k: v for k, v in data.items() if v is not None}
-    _unknown(data, _CLIENT_KEYS | _SERVER_KEYS, "client")
-    if "client_id" not in data:
-        raise ConfigError("no client id given: use --client-id ID")
-    cid = check_client_id(data["client_id"])
-    if "master_file" not in data:
-        raise ConfigError("no master file given: use --master-file PATH")
-    master_file = check_master_path(Path(data["master_file"]))
-    if "listen" not in data:
-        raise ConfigError("no listen address given: use --listen HOST:PORT")
-    state_file = Path(data.get("state_file") or f"{master_file}.state").absolute()
-    if state_file == master_file:
-        raise ConfigError(f"bad state_file {state_file}: it must not be the master file")
-    check_master_path(state_file)
-    return ClientConfig(
-        client_id=cid,
-        master_file=master_file,
-        listen=parse_address(str(data["listen"]), what="listen address"),
-        state_file=state_file,
-        check_timeout=_seconds("check_timeout", data.get("check_timeout", 0.5), 0.01, 60),
-        token=_token(data),
-        redis_password=data.get("redis_password"),
-    )
+def server_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> ServerConfig:
+    """Validate a server's settings (file keys overridden by command-line options; a ``None``
+    value is not given), then the environment (``os.environ`` unless given)."""
+    env = os.environ if env is None else env
+    return ServerSettings.load(
+        Values(ServerSettings, data), Environment(ServerSettings, env)
+    ).build()
+
+
+def client_config(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> ClientConfig:
+    """Validate a client's settings (as :func:`server_config`)."""
+    env = os.environ if env is None else env
+    return ClientSettings.load(
+        Values(ClientSettings, data), Environment(ClientSettings, env)
+    ).build()
 
 
 __all__ = [
     "ClientConfig",
+    "ClientSettings",
     "ServerConfig",
+    "ServerSettings",
     "check_client_id",
     "client_config",
     "load_table",
