@@ -171,3 +171,29 @@ def test_usr1_writes_every_threads_stack_and_the_process_goes_on(tmp_path: Path)
         assert "Traceback" not in proc.out.read_text()
     finally:
         proc.stop()
+
+
+def test_a_bad_config_value_is_one_line_naming_it(tmp_path: Path) -> None:
+    """The node's config (with its [channels] table) and the store-failover roles' settings
+    are read the same way: one line naming the key, whatever the source."""
+    good = (
+        f'node_id = "a"\nstore = "sqlite://{tmp_path}/s.db"\ntoken = "{"t" * 16}"\n'
+        f'data_dir = "{tmp_path}"\n'
+    )
+    node_toml = tmp_path / "node.toml"
+    node_toml.write_text(good + "capacity = 0\n")
+    one_line_error(baton("node", "--config", str(node_toml)), "config capacity=0")
+    node_toml.write_text(good + "[channels]\nhistory = true\n")
+    one_line_error(baton("node", "--config", str(node_toml)), "config channels.history=true")
+    node_toml.write_text(good)
+    one_line_error(
+        baton("node", "--config", str(node_toml), env={"BATON_TTL": "soon"}), "timings.ttl"
+    )
+    one_line_error(
+        baton(
+            "redis-failover", "client", "--client-id", "a", "--master-file",
+            str(tmp_path / "m"), "--listen", "127.0.0.1:1", "--check-timeout", "0",
+        ),
+        "check_timeout=0",
+    )  # fmt: skip
+    one_line_error(baton("status", "--api", "http://127.0.0.1:1"), "no token for --api")

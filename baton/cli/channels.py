@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from baton.cli.common import check_api_url, console, run_async
+from baton.cli.common import api_token, check_api_url, console, run_async
 from baton.errors import ConfigError
 
 token_option = click.option(
@@ -19,18 +18,6 @@ token_option = click.option(
     type=click.Path(path_type=Path),
     help="Cluster token, or a per-user token a handler accepts (or BATON_TOKEN).",
 )
-
-
-def _token(token_file: Path | None) -> str:
-    token = os.environ.get("BATON_TOKEN", "")
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
-    if not token:
-        raise ConfigError("no token: give --token-file FILE or set BATON_TOKEN")
-    return token
 
 
 @click.command()
@@ -57,7 +44,7 @@ def subscribe(
     from baton.channels.handler import parse_channel
 
     parse_channel(channel)  # bad input is refused before connecting
-    token = _token(token_file)
+    token = api_token(token_file)
 
     async def go() -> None:
         seen = 0
@@ -83,7 +70,7 @@ def channels(api: str, token_file: Path | None, as_json: bool) -> None:
     """List the cluster's channels: leader, epoch, offset, subscribers per node."""
     import httpx
 
-    token = _token(token_file)
+    token = api_token(token_file)
     try:
         res = httpx.get(
             f"{api}/v1/channels/cluster", headers={"authorization": f"Bearer {token}"}, timeout=10

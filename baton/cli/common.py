@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -63,6 +64,23 @@ store_option = click.option(
 #: Where ``baton up`` keeps its SQLite store by default (its ``--data-dir``, ``.baton``): the
 #: store the commands use when none is given and this file exists in the working directory.
 LOCAL_STORE = Path(".baton") / "store.db"
+
+
+def api_token(token_file: Path | None, use: str = "") -> str:
+    """The token a command sends to a node's API: ``--token-file``, else ``BATON_TOKEN``;
+    :class:`ConfigError` naming both when neither gives one. ``use``: what it is for (``for
+    --api``), said in that error."""
+    token = os.environ.get("BATON_TOKEN", "")
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(
+            f"no token{' ' + use if use else ''}: give --token-file FILE or set BATON_TOKEN"
+        )
+    return token
 
 
 def need_store(url: str | None) -> str:

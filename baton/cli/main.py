@@ -27,6 +27,7 @@ from baton.cli.common import (
     EXIT_USAGE,
     LOCAL_STORE,
     api_option,
+    api_token,
     console,
     existing_store,
     fail,
@@ -164,14 +165,7 @@ async def _cluster_status(url: str) -> dict[str, Any]:
 def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:
     import httpx
 
-    token = os.environ.get("BATON_TOKEN", "")
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
-    if not token:
-        raise ConfigError("no token for --api: give --token-file FILE or set BATON_TOKEN")
+    token = api_token(token_file, "for --api")
     try:
         res = httpx.get(
             f"{api.rstrip('/')}/v1/status",
