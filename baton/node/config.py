@@ -19,9 +19,11 @@ validated as a whole before anything starts.
     master = "local[*]"                # or remote = "sc://host:15002"
     conf = { "spark.sql.shuffle.partitions" = "8" }
 
-Environment: ``BATON_NODE_ID``, ``BATON_LISTEN``, ``BATON_ADVERTISE``, ``BATON_STORE``,
+Environment (each variable is declared on the key it sets, :class:`~baton.settings.Env`, and
+wins over the file): ``BATON_NODE_ID``, ``BATON_LISTEN``, ``BATON_ADVERTISE``, ``BATON_STORE``,
 ``BATON_TOKEN``, ``BATON_TOKEN_FILE``, ``BATON_DATA_DIR``, ``BATON_CAPACITY``, ``BATON_LABELS``
-(``k=v,k=v``), ``BATON_TTL``, ``BATON_SPARK_MASTER``, ``BATON_SPARK_REMOTE``.
+and ``BATON_WORKLOADS`` (``k=v,k=v``), ``BATON_TTL``, ``BATON_RECONCILE_INTERVAL``,
+``BATON_SPARK_MASTER``, ``BATON_SPARK_REMOTE``, ``BATON_CHANNELS`` (the table as JSON).
 
 A bad or missing value raises :class:`~baton.errors.ConfigError` with one line naming the key,
 the value (never the token's) and what is expected. Numeric keys take numbers only (not

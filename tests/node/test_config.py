@@ -187,3 +187,11 @@ def test_numbers_from_the_environment_are_strings(tmp_path: Path) -> None:
     for var, key in (("BATON_CAPACITY", "capacity"), ("BATON_TTL", "timings.ttl")):
         with pytest.raises(ConfigError, match=f"^config {key}='true': expected a "):
             load(write(tmp_path, good(tmp_path)), env={var: "true"})
+
+
+def test_every_variable_is_documented() -> None:
+    from baton.node.config import NodeConfig
+    from baton.settings import env_vars
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "node.md").read_text()
+    assert {var for var in env_vars(NodeConfig) if f"`{var}`" not in docs} == set()
