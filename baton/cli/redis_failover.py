@@ -124,7 +124,7 @@ def server_cmd(
     async def go() -> None:
         probe = ConfigurationServer(cfg)
         try:
-            infos = await probe.infos()
+            infos = await probe.redis.infos()
         finally:
             await probe.close()
         if not any(i.reachable for i in infos):
@@ -219,8 +219,8 @@ def status_cmd(
     async def go() -> dict[str, Any]:
         probe = ConfigurationServer(cfg)
         try:
-            infos = await probe.infos()
-            clients = await probe.client_states()
+            infos = await probe.redis.infos()
+            clients = await probe.clients.states()
         finally:
             await probe.close()
         out: dict[str, Any] = {

@@ -62,7 +62,7 @@ async def switch(config: ServerConfig, new: Address, timeout: float = 30.0) -> d
             raise FailoverError("no current master found: nothing to switch from")
         if old == new:
             raise ConfigError(f"{new} is already the master: nothing to do")
-        info = await server.info(new)
+        info = await server.redis.info(new)
         if not info.reachable:
             raise FailoverError(f"{new} does not answer: choose a reachable replica")
         if info.role != "slave" or info.master_of != old:

@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -46,9 +45,7 @@ from baton.errors import ConfigError, FailoverError
 from baton.failover.config import ServerConfig
 from baton.failover.decide import (
     Answer,
-    ClientReport,
     RoundOutlook,
-    ServerInfo,
     Token,
     believed_master,
     choose_replica,
@@ -68,7 +65,8 @@ CLOCK_FENCE_LIMIT = 30.0
 
 
 class ConfigurationServer:
-    """One configuration server. :meth:`run` is the loop; :meth:`round` one switch."""
+    """One configuration server. :meth:`run` is the loop; :meth:`round` one switch. It reaches
+    the Redis servers through :attr:`redis` and the clients through :attr:`clients`."""
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -91,31 +89,9 @@ class ConfigurationServer:
         await self.clients.close()
         await self.redis.close()
 
-    # What ``status`` and the tests ask of the servers and clients directly.
-
     async def check(self, address: Address) -> float | None:
         """The server's clock if it answers, else None."""
         return await self.redis.clock(address)
-
-    async def info(self, address: Address) -> ServerInfo:
-        return await self.redis.info(address)
-
-    async def infos(self) -> list[ServerInfo]:
-        return await self.redis.infos()
-
-    async def send(self, cid: str, kind: str, body: Mapping[str, Any]) -> Reply:
-        return await self.clients.send(cid, kind, body)
-
-    async def broadcast(self, kind: str, body: Mapping[str, Any]) -> list[Reply]:
-        return await self.clients.broadcast(kind, body)
-
-    async def client_states(self) -> dict[str, dict[str, Any] | str]:
-        """Each client's ``/v1/state`` (or why it could not be read)."""
-        return await self.clients.states()
-
-    async def reports(self) -> list[ClientReport]:
-        """What every client that answers says of itself (``/v1/state``)."""
-        return await self.clients.reports()
 
     # -- rounds -------------------------------------------------------------------------------
 
@@ -163,12 +139,12 @@ class ConfigurationServer:
         master that came back with its data, carries one no client accepted). Only when no
         client confirmed a round yet (a first start) does it come from the servers and the
         files. Learns the highest round any client or server has seen."""
-        reports = await self.reports()
+        reports = await self.clients.reports()
         for r in reports:
             for t in (r.state.highest, r.state.confirmed):
                 if t is not None:
                     self.generation = max(self.generation, t.generation)
-        infos = await self.infos()
+        infos = await self.redis.infos()
         for i in infos:
             if i.token is not None:
                 self.generation = max(self.generation, i.token.generation)
@@ -232,7 +208,7 @@ class ConfigurationServer:
         (its token raised only), which the clients confirm by applying its periodic
         reconfigure. Never over a confirmed round: a master that came back with its data would
         otherwise get the newest token of all and be taken for the current one (issue 27)."""
-        reports = await self.reports()
+        reports = await self.clients.reports()
         if not reports:
             return  # no client answers: nothing can confirm a round now
         if believed_master(reports) is not None:
@@ -258,7 +234,7 @@ class ConfigurationServer:
         master, token = self.seen.master, self.seen.master_token
         if master is None or token is None:
             return
-        replies = await self.broadcast(
+        replies = await self.clients.broadcast(
             "reconfigure", {"token": token.to_json(), "master": str(master), "periodic": True}
         )
         self._learn(replies)
@@ -317,7 +293,7 @@ class ConfigurationServer:
         master, token = self.seen.master, self.seen.master_token
         if master is None or token is None:
             return
-        for info in await self.infos():
+        for info in await self.redis.infos():
             if info.address == master or not info.reachable:
                 continue
             if info.role == "master" and info.token is not None and info.token > token:
@@ -349,12 +325,12 @@ class ConfigurationServer:
             "round started",
             extra={"round": str(token), "old": str(old), "check": check, "planned": planned},
         )
-        replies = await self.broadcast("ping", body)
+        replies = await self.clients.broadcast("ping", body)
         self._learn(replies)
         self.metrics.confirming.set(sum(r.answer == Answer.PONG for r in replies))
         if not all(r.answer == Answer.PONG for r in replies):
             raise self._hold_back(token, Answer.PONG, replies)
-        replies = await self.broadcast("invalidate", body)
+        replies = await self.clients.broadcast("invalidate", body)
         self._learn(replies)
         if not all(r.answer == Answer.INVALIDATED for r in replies):
             raise self._hold_back(token, Answer.INVALIDATED, replies)
@@ -380,7 +356,9 @@ class ConfigurationServer:
         try:
             while True:
                 await asyncio.sleep(self.config.check_interval)
-                task = asyncio.create_task(self.broadcast("hold", {"token": token.to_json()}))
+                task = asyncio.create_task(
+                    self.clients.broadcast("hold", {"token": token.to_json()})
+                )
                 sent.add(task)
                 task.add_done_callback(sent.discard)
         finally:
@@ -396,7 +374,7 @@ class ConfigurationServer:
         if planned and old is not None and new is not None:
             await self.redis.catch_up(old, new, catch_up_timeout, token)
             paused = True
-        infos = await self.infos()
+        infos = await self.redis.infos()
         if new is None:
             chosen = choose_replica(infos, old)
             if chosen is None:
@@ -425,7 +403,7 @@ class ConfigurationServer:
                 f"round {token}: could not promote {new}: {logs.describe(exc)}; clients keep "
                 "an empty master file until a later round"
             ) from None
-        replies = await self.broadcast("reconfigure", {**body, "master": str(new)})
+        replies = await self.clients.broadcast("reconfigure", {**body, "master": str(new)})
         self.invalidated = None
         highest = self._learn(replies)
         overtaken = highest is not None and highest > token

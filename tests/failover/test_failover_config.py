@@ -105,3 +105,21 @@ def test_a_file_with_both_roles_gives_each_its_keys(tmp_path: Path) -> None:
     path.write_text("redis_failover = [")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_table(path)
+
+
+def test_a_node_config_names_its_redis_failover_table_and_hides_the_tokens(
+    tmp_path: Path,
+) -> None:
+    from baton.node.config import load
+
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'node_id = "a"\nstore = "sqlite://{tmp_path}/s.db"\ntoken = "{"t" * 16}"\n'
+        f'data_dir = "{tmp_path}"\n[redis_failover]\nclient_id = "n1"\ntoken = "{SECRET}"\n'
+        f'[redis_failover.server]\nredis_servers = []\nredis_password = "{SECRET}"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load(path, env={})
+    msg = str(info.value)
+    assert msg.startswith("config redis_failover=") and "master_file is missing" in msg, msg
+    assert SECRET not in msg and "\n" not in msg
