@@ -100,6 +100,7 @@ def test_import_baton_loads_only_the_core() -> None:
     loaded = set(ast.literal_eval(out))
     assert {m for m in loaded if m.startswith("baton.")} <= {
         "baton.backoff",
+        "baton.clock",
         "baton.lease",
         "baton.lease.election",
         "baton.errors",
