@@ -1,18 +1,25 @@
 """The ``baton cascade`` commands generated from the verbs' declarations
 (:data:`baton.cascade.verbs.VERBS`): one click command per verb, its arguments and options
-read from the verb's argument model, its output the verb's lines."""
+read from the verb's argument model, its output what the verb shows (lines and tables), or
+with ``--json`` its result."""
 
 from __future__ import annotations
 
+import enum
 import json
+import sys
 import types
+from collections.abc import Callable
 from typing import Any, Union, get_args, get_origin
 
 import click
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from rich.table import Table
 
-from baton.cascade.verbs import Verb
+from baton.cascade import commands
+from baton.cascade.verb import ON_THIS_HOST, Args, Grid, Shown, Verb, is_host_path
+from baton.cli.common import console
 from baton.validation import first_problem
 
 
@@ -36,14 +43,22 @@ def _metavar(name: str, field: FieldInfo) -> str:
     return "NODE" if name in ("node", "provider", "old") else name.upper()
 
 
+def _type(field: FieldInfo) -> Any:
+    base = _base(field.annotation)
+    if isinstance(base, type) and issubclass(base, enum.Enum):
+        return click.Choice([str(m.value) for m in base])
+    if is_host_path(field.metadata):
+        return click.Path(dir_okay=False)
+    return {int: int, float: float}.get(base, str)
+
+
 def _param(name: str, field: FieldInfo, via: click.Option) -> click.Parameter:
     if name == "via":
         return via
     if _is_argument(field):
-        return click.Argument([name], metavar=name.upper())
+        return click.Argument([name], metavar=name.upper(), type=_type(field))
     flag = "--" + name.replace("_", "-")
-    base = _base(field.annotation)
-    if base is bool:
+    if _base(field.annotation) is bool:
         return click.Option([flag], is_flag=True, default=False, help=field.description)
     kwargs: dict[str, Any] = {}
     if not field.is_required():  # an explicit default of None would satisfy "required"
@@ -52,46 +67,73 @@ def _param(name: str, field: FieldInfo, via: click.Option) -> click.Parameter:
     return click.Option(
         [flag],
         required=field.is_required(),
-        type={int: int, float: float}.get(base, str),
+        type=_type(field),
         metavar=_metavar(name, field),
         help=field.description,
         **kwargs,
     )
 
 
+def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
+    """``values`` as ``model``, or a usage error in one line naming the option or argument."""
+    try:
+        return model.model_validate(values, context=ON_THIS_HOST)
+    except ValidationError as exc:
+        p = first_problem(exc)
+        if p.kind == "value_error":  # baton's own check: its message says it all
+            raise click.UsageError(commands.one_line(p.message)) from None
+        field = model.model_fields.get(p.where)
+        if field is not None and _is_argument(field):
+            where = p.where.upper()
+        else:
+            where = "--" + p.where.replace("_", "-")
+        raise click.UsageError(commands.one_line(f"bad {where} {p.value!r}: {p.message}")) from None
+
+
+def _print(shown: list[Shown]) -> None:
+    for item in shown:
+        if isinstance(item, Grid):
+            table = Table(title=item.title)
+            for column in item.columns:
+                table.add_column(column, overflow="fold" if item.fold else "ellipsis")
+            for row in item.rows:
+                table.add_row(*row)
+            console().print(table)
+        else:
+            click.echo(item)
+
+
 def command(
     verb: Verb[Any, Any],
     via: click.Option,
-    resolve_via: Any,
-    handled: Any,
+    resolve_via: Callable[[str | None], str],
+    handled: Callable[[Callable[..., None]], Callable[..., None]],
 ) -> click.Command:
     """The click command of ``verb``. ``via``: the shared ``--via`` option; ``resolve_via``
     turns its value into a location (or says how to give one); ``handled`` wraps the
     callback so that errors are one line with the CLI's exit codes."""
-    params = [_param(name, field, via) for name, field in verb.args.model_fields.items()]
+    model: type[Args] = verb.cli.args if verb.cli is not None else verb.args
+    params = [_param(name, field, via) for name, field in model.model_fields.items()]
     # Arguments first, in declaration order, as click shows them.
     params.sort(key=lambda p: not isinstance(p, click.Argument))
     if verb.json:
         params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
+    via_field = model.model_fields.get("via")
 
     def callback(**given: Any) -> None:
         as_json = given.pop("as_json", False)
-        if "via" in given:
+        if via_field is not None and via_field.is_required():
             given["via"] = resolve_via(given["via"])
         values = {k: v for k, v in given.items() if v is not None}
-        try:
-            args = verb.args.model_validate(values)
-        except ValidationError as exc:
-            p = first_problem(exc)
-            if p.kind == "value_error":  # baton's own check: its message says it all
-                raise click.UsageError(p.message) from None
-            option = p.where.replace("_", "-")
-            raise click.UsageError(f"bad {option} {p.value!r}: {p.message}") from None
+        args = _validated(model, values)
+        if verb.cli is not None:
+            args = _validated(verb.args, verb.cli.convert(args))
         result = verb.run(args)
         if as_json:
-            click.echo(json.dumps(verb.result(result), indent=2))
-            return
-        for line in verb.lines(args, result):
-            click.echo(line)
+            click.echo(json.dumps(verb.printed(args, result), indent=2))
+        else:
+            _print(list(verb.show(args, result)))
+        if verb.fails is not None and verb.fails(result):
+            sys.exit(1)
 
     return click.Command(verb.name, params=params, callback=handled(callback), help=verb.help)

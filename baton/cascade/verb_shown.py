@@ -1,0 +1,327 @@
+"""What a person reads of each cascade verb's result (:mod:`baton.cascade.verbs`): lines and
+tables (:class:`~baton.cascade.verb.Grid`) that the command line prints. ``--json`` and the API
+carry the result itself instead. Each function takes the verb's arguments and its result."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from baton.cascade import commands, observe, schema_check
+from baton.cascade.beat import Phase, ServiceState
+from baton.cascade.ddl import Executed
+from baton.cascade.handover import SwitchPlan
+from baton.cascade.node_replace import Replaced
+from baton.cascade.verb import Grid, OnNode, Shown
+from baton.cascade.verb_args import (
+    AddSeq,
+    AddTable,
+    Check,
+    Failover,
+    OnNodeOption,
+    RemoveSeq,
+    RemoveTable,
+    Resurrect,
+    Switchover,
+)
+
+
+def _done(already: bool) -> str:
+    return " (already done)" if already else ""
+
+
+# -- creating nodes, tables ----------------------------------------------------------------------
+
+
+def created(args: object, r: commands.Created) -> list[Shown]:
+    """A node made (create-root, -branch, -leaf, -node)."""
+    if r.provider is None:
+        return [f"{r.name}: root of set {r.set_name} at {r.location}{_done(r.already)}"]
+    return [
+        f"{r.name}: {r.role} of {r.provider} in set {r.set_name} at {r.location}, "
+        f"from tick {r.position}{_done(r.already)}"
+    ]
+
+
+def added(args: AddTable, r: commands.TableAdded) -> list[Shown]:
+    out: list[Shown] = []
+    for t in r.nodes:
+        hint = " (the node's worker copies it with Spark)" if t.state == "copying" else ""
+        out.append(f"{t.node}: {t.table} {t.state}{hint}")
+    out += [f"{name}: skipped (tagged dead)" for name in r.skipped]
+    out += [f"{name}: skipped ({why})" for name, why in r.held.items()]
+    return out
+
+
+def removed(args: RemoveTable, r: commands.TableRemoved) -> list[Shown]:
+    if not r.removed:
+        return [f"{args.node}: {args.table} is not replicated (nothing to do)"]
+    return [
+        f"{args.node}: {args.table} removed" + (" (no longer captured)" if r.uncaptured else "")
+    ]
+
+
+def tables(args: OnNodeOption, r: dict[str, str]) -> list[Shown]:
+    return [Grid(("table", "state"), list(r.items()), title=f"tables of {args.node}")]
+
+
+def missing(args: OnNodeOption, r: commands.Missing) -> list[Shown]:
+    if r.tables:
+        return list(r.tables)
+    if r.provider is None:
+        return [f"{args.node} is the root: it has no provider"]
+    return [f"none: {args.node} replicates every table {r.provider} does"]
+
+
+# -- sequences, schema checks, scripts -------------------------------------------------------------
+
+
+def seq_added(args: AddSeq, r: commands.SeqAdded) -> list[Shown]:
+    return [f"{name}: {args.seq} kept{_done(already)}" for name, already in r.nodes]
+
+
+def seq_removed(args: RemoveSeq, r: commands.SeqRemoved) -> list[Shown]:
+    if r.removed:
+        return [f"{args.node}: {args.seq} removed"]
+    return [f"{args.node}: {args.seq} is not kept (nothing to do)"]
+
+
+def seqs(args: OnNodeOption, r: dict[str, int | None]) -> list[Shown]:
+    rows = [(name, "-" if value is None else str(value)) for name, value in r.items()]
+    return [Grid(("sequence", "last value"), rows, title=f"sequences of {args.node}")]
+
+
+def found(empty: str, r: schema_check.Found[Any]) -> list[Shown]:
+    """Foreign keys or triggers found, each with what to do; ``empty`` when none."""
+    out: list[Shown] = [r.note] if r.note else []
+    if not r.items and r.applies:
+        out.append(empty)
+    for item in r.items:
+        if isinstance(item, schema_check.ForeignKey):
+            cols, refs = ", ".join(item.columns), ", ".join(item.ref_columns)
+            out.append(f"{item.name}: {item.table} ({cols}) -> {item.references} ({refs})")
+            out.append(f"  problem: {item.problem}")
+        else:
+            out.append(f"{item.name} on {item.table}")
+        out.append(f"  what to do: {item.fix}")
+    return out
+
+
+def executed(args: object, r: Executed) -> list[Shown]:
+    if r.already:
+        return [f"{r.name}: already executed at root {r.root} (nothing to do)"]
+    return [f"{r.name}: executed at root {r.root}; event {r.ev_id} runs it on every node"]
+
+
+# -- providers, tags ---------------------------------------------------------------------------
+
+
+def candidates(args: OnNode, r: list[commands.Candidate]) -> list[Shown]:
+    if not r:
+        return [f"none: no node can provide {args.node} now"]
+    return [f"{f.name} ({f.note})" if f.note else f.name for f in r]
+
+
+def tagged(args: OnNode, r: commands.Tagged) -> list[Shown]:
+    out: list[Shown] = [f"{r.node}: tagged {'dead' if r.dead else 'alive'}"]
+    if r.not_reached:
+        # Tagging is idempotent: running it again later reaches them.
+        out.append(f"not reached: {', '.join(r.not_reached)} (run this again when they are back)")
+    return out
+
+
+# -- switchover, failover, resurrect, replacing a branch -----------------------------------------
+
+
+def switched(args: Switchover, r: commands.Switched | SwitchPlan) -> list[Shown]:
+    if isinstance(r, SwitchPlan):  # --dry-run
+        out: list[Shown] = []
+        if r.service is not None:
+            out.append(
+                f"checked: {r.new_root}'s worker applies on {r.service.holder} at epoch "
+                f"{r.service.epoch}, {r.behind} tick(s) behind {r.root}"
+            )
+        out += [f"{n}. {step}" for n, step in enumerate(r.steps, 1)]
+        return [*out, "nothing was changed (--dry-run)"]
+    if r.already:
+        return [f"{r.new_root} is already the root (since tick {r.tick})"]
+    return [
+        f"{r.new_root} is the root from tick {r.tick}; {r.old_root} is its branch",
+        f"move writers to {r.new_root}: {r.old_root} refuses writes from now on",
+    ]
+
+
+def failed_over(args: Failover, r: commands.FailedOver) -> list[Shown]:
+    return [
+        f"new root: {r.new_root}",
+        f"fork tick: {r.fork}",
+        *(f"note: {note}" for note in r.notes),
+        f"move writers to {r.new_root}; when {args.dead_root} is back, run "
+        f"'baton cascade resurrect {args.dead_root} --save FILE'",
+    ]
+
+
+def resurrected(args: Resurrect, r: commands.Resurrected) -> list[Shown]:
+    out: list[Shown] = [f"{r.node}: branch of {r.provider} from fork tick {r.fork}"]
+    if r.saved:
+        out.append(f"{r.saved} event(s) it had after the fork saved to {args.save}")
+    else:
+        out.append("no events to save (none after the fork, or saved by an earlier run)")
+    return out
+
+
+def replaced(args: object, r: Replaced) -> list[Shown]:
+    if r.already:
+        return [f"{r.new} has already replaced {r.old} (nothing to do)"]
+    return [
+        f"{r.new}: receives from {r.provider}, in {r.old}'s place",
+        *(f"{name}: receives from {r.new}" for name in r.moved),
+        f"{r.old}: tagged dead" if r.failover else f"{r.old}: receives from {r.new}",
+    ]
+
+
+# -- status, members, check ----------------------------------------------------------------------
+
+
+def _role(m: observe.Member) -> str:
+    """The role, with what a node of a combined set does there."""
+    if m.queue_only:
+        return f"{m.role} (queue-only)"
+    if m.combined:
+        return f"{m.role} (merge-leaf into set {m.combined})"
+    if m.merges:
+        return f"{m.role} (merges {', '.join(sorted(m.merges))})"
+    return m.role
+
+
+def _age(when: float | None) -> str:
+    """How long ago ``when`` was, for a person: the tick a node is at, made N s ago."""
+    if when is None:
+        return "-"
+    seconds = max(0.0, time.time() - when)
+    return f"{seconds:.1f}s ago" if seconds < 120 else f"{seconds / 60:.0f}m ago"
+
+
+def _service(m: observe.Member) -> str:
+    """What serves the node: ``running on HOST at epoch E``, or ``not running`` and since
+    when."""
+    b = m.service
+    if b is None:
+        return "not running"
+    state = b.state(time.time())
+    if state is ServiceState.RUNNING:
+        doing = {Phase.STARTING: " (starting Spark)", Phase.WAITING: f" (waits: {b.error})"}
+        return f"running on {b.holder} at epoch {b.epoch}{doing.get(b.phase, '')}"
+    return f"not running (last seen {_age(b.at)})"
+
+
+def _served(m: observe.Member) -> bool:
+    return m.service is not None and m.service.state(time.time()) is ServiceState.RUNNING
+
+
+_MEMBER_COLUMNS = ("name", "role", "provider", "tick", "made", "lag", "lag s", "paused", "state",
+                   "service", "tables")  # fmt: skip
+
+
+def members_grid(members: list[observe.Member], title: str) -> Grid:
+    rows = []
+    for m in members:
+        state = ", ".join(w for w, on in (("dead", m.dead), ("unreachable", not m.reachable)) if on)
+        if m.switching_to is not None:
+            state = f"switching to {m.switching_to} since tick {m.switch_tick}"
+        rows.append((
+            m.name,
+            _role(m),
+            m.provider or "-",
+            str(m.position),
+            _age(m.tick_time),
+            "-" if m.lag_ticks is None else str(m.lag_ticks),
+            "-" if m.lag_seconds is None else f"{m.lag_seconds:g}",
+            "yes" if m.paused else "no",
+            state or "ok",
+            _service(m),
+            ", ".join(t if s == "ok" else f"{t} ({s})" for t, s in m.tables.items()) or "-",
+        ))  # fmt: skip
+    # Folded, not cut: every table name is shown.
+    return Grid(_MEMBER_COLUMNS, rows, title=title, fold=True)
+
+
+def members(args: object, r: tuple[str, list[observe.Member]]) -> list[Shown]:
+    set_name, found = r
+    return [members_grid(found, f"members of {set_name}")]
+
+
+def status(args: object, r: commands.SetStatus) -> list[Shown]:
+    watermark = "-" if r.global_watermark is None else r.global_watermark
+    out: list[Shown] = [
+        f"set {r.set_name}: root {r.root or 'none (use failover)'}, global watermark {watermark}"
+    ]
+    idle = [m for m in r.members if not m.dead and m.reachable and not _served(m)]
+    if idle:
+        names = ", ".join(m.name for m in idle)
+        out.append(
+            f"not running: {names}: nothing is ticked or applied there (start `baton cascade "
+            "run LOCATION` for each, or its cascade-worker object)"
+        )
+    out += [
+        f"{m.name} is switching to {m.switching_to} since tick {m.switch_tick}: it captures "
+        "nothing now; run the same switchover again to finish it"
+        for m in r.members
+        if m.switching_to is not None
+    ]
+    return [*out, members_grid(r.members, f"members of {r.set_name}")]
+
+
+def checked(args: Check, r: dict[str, Any]) -> list[Shown]:
+    node, provider = args.node, r["provider"]
+    position, provider_position = r["position"], r["provider_position"]
+    out: list[Shown] = [
+        f"{node} at tick {position}; its provider {provider} at tick {provider_position}"
+    ]
+    rows = []
+    for table, t in r["tables"].items():
+        if t["provider_rows"] is None:
+            verdict = f"different: {provider} does not replicate it"
+        else:
+            verdict = "equal" if t["equal"] else "different"
+        shown = "-" if t["provider_rows"] is None else str(t["provider_rows"])
+        rows.append((table, t["state"], str(t["rows"]), shown, verdict))
+    out.append(Grid(("table", "state", f"rows {node}", f"rows {provider}", "result"), rows))
+    if not r["equal"] and position != provider_position:
+        # Both sides are read while workers may be applying: only a difference that stays once
+        # the node is at its provider's tick is real.
+        out.append(
+            f"note: a node behind its provider shows differences until it catches up "
+            f"({node} at tick {position}, {provider} at tick {provider_position}); "
+            "check again once both are at the same tick"
+        )
+    elif not r["equal"]:
+        out.append(
+            f"note: {node} and {provider} are both at tick {position}, so the difference is "
+            f"real: copy the table again (remove-table, then add-table on {node})"
+        )
+    return out
+
+
+__all__ = [
+    "added",
+    "candidates",
+    "checked",
+    "created",
+    "executed",
+    "failed_over",
+    "found",
+    "members",
+    "members_grid",
+    "missing",
+    "removed",
+    "replaced",
+    "resurrected",
+    "seq_added",
+    "seq_removed",
+    "seqs",
+    "status",
+    "switched",
+    "tables",
+    "tagged",
+]
