@@ -11,6 +11,7 @@ one more entry here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from baton.cascade import commands, ddl
 from baton.cascade import verb_args as a_
 from baton.cascade import verb_shown as show
 from baton.cascade.model import Role
-from baton.cascade.verb import CommandLine, OnNode, OnSet, Verb
+from baton.cascade.verb import Args, CommandLine, OnNode, OnSet, Shown, Verb
 
 
 def _added_json(args: a_.AddTable, r: commands.TableAdded) -> dict[str, Any]:
@@ -47,6 +48,18 @@ def _script(a: a_.ExecuteFile) -> dict[str, Any]:
     name, text = commands.read_script(Path(a.file))
     ddl.check_script(name, text)
     return {"via": a.via, "name": name, "sql": text}
+
+
+def _read(
+    name: str,
+    help: str,
+    args: type[Args],
+    run: Callable[[Any], Any],
+    show: Callable[[Any, Any], Sequence[Shown]],
+    **more: Any,
+) -> Verb[Any, Any]:
+    """A read: a GET over HTTP, and ``--json`` on the command line."""
+    return Verb(name, help, args, run, show, read=True, json=True, **more)
 
 
 VERBS: list[Verb[Any, Any]] = [
@@ -108,24 +121,20 @@ VERBS: list[Verb[Any, Any]] = [
         lambda a: commands.remove_table(a.via, a.table, a.node),
         show.removed,
     ),
-    Verb(
+    _read(
         "tables",
         "The tables NODE replicates and their state (copying, catching-up, ok).",
         a_.OnNodeOption,
         lambda a: commands.tables(a.via, a.node),
         show.tables,
-        read=True,
-        json=True,
         returns=dict[str, str],
     ),
-    Verb(
+    _read(
         "missing",
         "Tables NODE's provider replicates that NODE does not (candidates for add-table).",
         a_.OnNodeOption,
         lambda a: commands.missing(a.via, a.node),
         show.missing,
-        read=True,
-        json=True,
         cli_json=lambda a, r: r.tables,
     ),
     # -- sequences, schema checks, scripts ----------------------------------------------------
@@ -143,14 +152,12 @@ VERBS: list[Verb[Any, Any]] = [
         lambda a: commands.remove_seq(a.via, a.seq, a.node),
         show.seq_removed,
     ),
-    Verb(
+    _read(
         "seqs",
         "The sequences NODE keeps and their last values there.",
         a_.OnNodeOption,
         lambda a: commands.list_seqs(a.via, a.node),
         show.seqs,
-        read=True,
-        json=True,
         returns=dict[str, int | None],
     ),
     Verb(
@@ -200,15 +207,13 @@ VERBS: list[Verb[Any, Any]] = [
         lambda a: commands.change_provider(a.via, a.node, a.provider),
         lambda a, r: [f"{a.node}: receives from {a.provider}"],
     ),
-    Verb(
+    _read(
         "candidates",
         "The nodes that can be NODE's provider now (no cycle, alive, still have its tick). A "
         "queue-only candidate is marked: it cannot give NODE an initial copy of a table.",
         a_.Candidates,
         lambda a: commands.candidates_detail(a.via, a.node),
         show.candidates,
-        read=True,
-        json=True,
         shape=lambda a, r: [dataclasses.asdict(f) if a.detail else f.name for f in r],
         returns=list[str] | list[dict[str, Any]],
     ),
@@ -285,36 +290,30 @@ VERBS: list[Verb[Any, Any]] = [
         show.replaced,
     ),
     # -- status, members, check ----------------------------------------------------------------
-    Verb(
+    _read(
         "status",
         "The set: its root, global watermark, and every member with its position and lag.",
         OnSet,
         lambda a: commands.status(a.via),
         show.status,
-        read=True,
-        json=True,
         shape=lambda a, r: r.as_dict(),
     ),
-    Verb(
+    _read(
         "members",
         "Every member: role, provider, position, lag, paused, dead or unreachable, tables.",
         OnSet,
         lambda a: commands.members(a.via),
         show.members,
-        read=True,
-        json=True,
         shape=lambda a, r: [commands.member_dict(m) for m in r[1]],
         returns=list[dict[str, Any]],
     ),
-    Verb(
+    _read(
         "check",
         "Compare NODE's rows with its provider's (row count and checksum) per table; exit 1 "
         "when any differs. A node behind its provider differs until it catches up.",
         a_.Check,
         lambda a: commands.check(a.via, a.node, a.table),
         show.checked,
-        read=True,
-        json=True,
         fails=lambda r: not r["equal"],
     ),
 ]

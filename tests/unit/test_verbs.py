@@ -62,8 +62,9 @@ def _bad(model: type[Args]) -> tuple[dict[str, Any], str]:
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         if field.is_required():
-            base = field.annotation
-            values[name] = next(iter(base)).value if isinstance(base, enum.EnumMeta) else "x"
+            base: Any = field.annotation
+            is_enum = isinstance(base, type) and issubclass(base, enum.Enum)
+            values[name] = next(iter(base)).value if is_enum else "x"
     if "via" in model.model_fields:
         return {**values, "via": TOO_LONG}, "via"
     return {**values, "name": "bad name"}, "name"
