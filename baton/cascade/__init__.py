@@ -17,5 +17,8 @@ object) is :mod:`baton.service`.
   node or all, remove-table, missing, emit at the root, providers, tags, pause, members and
   status, check, switchover, failover, resurrect);
 - :mod:`~baton.cascade.commands`: the thin adapter the CLI and the node API share (arguments
-  in, one operation, results and kinds of error out).
+  in, one operation, results and kinds of error out);
+- :mod:`~baton.cascade.verbs`: every verb declared once (:mod:`~baton.cascade.verb`: what a
+  verb is; its arguments in :mod:`~baton.cascade.verb_args`, what a person reads of it in
+  :mod:`~baton.cascade.verb_shown`), from which the commands and the routes are generated.
 """
