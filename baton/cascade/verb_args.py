@@ -26,6 +26,13 @@ def _json_object(value: object) -> object:
     return commands.parse_event_data(value) if isinstance(value, str) else value
 
 
+def _timeout(description: str) -> Any:
+    """How long an operation that waits for a worker waits: a minute unless told, an hour at
+    the most (a client that waits longer has long given up)."""
+    return Field(60.0, gt=0, le=3600, description=description,
+                 json_schema_extra={"metavar": "SECONDS"})  # fmt: skip
+
+
 class OnNodeOption(OnSet):
     """A read about one node, named by ``--node``."""
 
@@ -59,13 +66,7 @@ class Failover(OnSet):
 
 class Switchover(OnSet):
     new_root: NodeName = positional()
-    timeout: float = Field(
-        60.0,
-        gt=0,
-        le=3600,
-        description="Seconds to wait for NEW_ROOT to apply the switch tick.",
-        json_schema_extra={"metavar": "SECONDS"},
-    )
+    timeout: float = _timeout("Seconds to wait for NEW_ROOT to apply the switch tick.")
     max_behind: int = Field(
         commands.MAX_BEHIND,
         ge=0,
@@ -154,13 +155,7 @@ class ExecuteFile(OnSet):
 class ReplaceNode(OnSet):
     new: NodeName = positional()
     old: NodeName = Field(description="The branch NEW replaces.")
-    timeout: float = Field(
-        60.0,
-        gt=0,
-        le=3600,
-        description="Seconds to wait for NEW's worker to catch up.",
-        json_schema_extra={"metavar": "SECONDS"},
-    )
+    timeout: float = _timeout("Seconds to wait for NEW's worker to catch up.")
 
 
 class Emit(OnSet):
