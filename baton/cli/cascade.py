@@ -9,10 +9,10 @@ Every command is generated from its verb's declaration (:mod:`baton.cascade.verb
 :mod:`baton.cli.cascade_verbs`), as the node's HTTP API routes are: both run the same
 :mod:`baton.cascade.commands`. This module holds the group, the shared ``--via`` option and
 the exit status of each kind of error (``baton cascade run`` is :mod:`baton.cli.cascade_run`).
-Every command is
-resumable (running it again after an interruption finishes the job, and running it again after
-it finished changes nothing), and bad input is refused as one line on stderr with exit status 2
-before anything is written; a node database that cannot be reached is exit 1.
+Every command is resumable (running it again after an interruption finishes the job, and
+running it again after it finished changes nothing), and bad input is refused as one line on
+stderr with exit status 2 before anything is written; a node database that cannot be reached
+is exit 1.
 """
 
 from __future__ import annotations
