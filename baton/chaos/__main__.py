@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from baton.chaos.campaign import Plan, run
-from baton.chaos.cluster import unmount_stale
+from baton.chaos.disk import unmount_stale
 from baton.chaos.nemesis import KINDS
 from baton.chaos.net import Network
 from baton.logs import describe

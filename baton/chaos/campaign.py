@@ -32,14 +32,14 @@ from baton.chaos.cluster import (
     LEASES,
     STORES,
     ChaosCluster,
-    Service,
-    node_db,
     probe_lag,
 )
+from baton.chaos.disk import node_db
 from baton.chaos.history import History
 from baton.chaos.listener import Listeners, stop
 from baton.chaos.nemesis import Fault, Nemesis
 from baton.errors import WaitTimeout
+from baton.local.processes import Proc
 from baton.local.waiting import wait_for
 
 #: Seconds a round may take to settle before it counts as a violation. A liveness bound, not
@@ -203,7 +203,7 @@ class Supervisor(threading.Thread):
     #: Seconds between a candidate's exit and its restart (systemd's ``RestartSec``).
     DELAY = 1.0
 
-    def __init__(self, services: dict[str, Service], history_dir: Path) -> None:
+    def __init__(self, services: dict[str, Proc], history_dir: Path) -> None:
         super().__init__(daemon=True, name="chaos-supervisor")
         self.services = services
         # A file of its own: History is written by one thread.
@@ -215,14 +215,14 @@ class Supervisor(threading.Thread):
         while not self.halt.wait(0.25):
             now = time.monotonic()
             for name, svc in list(self.services.items()):
-                status = svc.popen.poll() if svc.popen is not None else None
+                status = svc.poll()
                 if not name.startswith("elect-") or status is None or status < 0:
                     self._ended.pop(name, None)
                     continue
                 ended = self._ended.setdefault(name, now)
                 if now - ended >= self.DELAY:
                     self.history.record("supervisor-restart", name=name, status=status)
-                    svc.start_again()
+                    svc.start()
                     self._ended.pop(name, None)
 
 
@@ -382,11 +382,11 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         finally:
             cluster.close()
             if sys.exc_info()[0] is not None:
-                cluster.release_disk()  # no check follows: leave no mount behind
+                cluster.disk.release()  # no check follows: leave no mount behind
     try:
         report = checker.check(directory)
     finally:
-        cluster.release_disk()
+        cluster.disk.release()
     report["seed"] = plan.seed
     report["duration_s"] = round(time.monotonic() - started, 1)
     (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from baton.chaos.cluster import node_db
+from baton.chaos.disk import node_db
 from baton.chaos.history import load
 
 

@@ -3,28 +3,25 @@
 failover: a master and a replica there, a failover client on every host keeping the master file
 that host's agent and candidates follow, and failover servers on two hosts); a cascade
 root -> branch -> leaf whose node services are objects placed by the controller; placed
-counters; and a writer at the root that records every write in the history.
+counters; and a writer at the root that records every write in the history
+(:mod:`baton.chaos.writer`). The branch's database lives on a small disk that can fill
+(:mod:`baton.chaos.disk`).
 
-Every process is started in a session of its own (so a signal reaches its whole process group:
-a paused agent pauses its Spark JVM too) inside its host's namespace. Nothing here judges what
-happens: :mod:`baton.chaos.checker` does, from the history and the node databases.
+Every process is a :class:`~baton.local.processes.Proc` started in a session of its own (so a
+signal reaches its whole process group: a paused agent pauses its Spark JVM too) inside its
+host's namespace. Nothing here judges what happens: :mod:`baton.chaos.checker` does, from the
+history and the node databases.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import random
 import secrets
-import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,9 +30,11 @@ import httpx
 
 from baton.cascade import commands
 from baton.cascade.model import Role
+from baton.chaos.disk import SmallDisk, node_db
 from baton.chaos.history import History
 from baton.chaos.net import Network
-from baton.local.processes import java_of
+from baton.chaos.writer import Writer
+from baton.local.processes import Proc, java_of
 from baton.local.waiting import wait_for
 
 #: The libfaketime that shifts one process's clocks (Debian ``faketime``); CLOCK_MONOTONIC too.
@@ -56,82 +55,8 @@ FAILOVER_CLIENT_PORT = 9101
 FAILOVER_SERVER_PORT = 9100
 #: The hosts that run a failover server (two: no single point of failure).
 FAILOVER_SERVERS = ("h1", "h2")
-#: The node whose database lives on a small disk of its own (a tmpfs), for the disk-full fault.
-SMALL_DISK_NODE = "s2"
-SMALL_DISK_SIZE = "256m"
-
-
-def unmount_stale(run: Path) -> None:
-    """Unmount the small disk a killed campaign left mounted in ``run``."""
-    disk = node_db(run, SMALL_DISK_NODE).parent
-    if disk.is_dir():
-        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
-
-
-def node_db(run: Path, node: str) -> Path:
-    """The SQLite file of cascade node ``node`` in the campaign directory ``run``."""
-    base = run / "cascade"
-    return (base / "disk" if node == SMALL_DISK_NODE else base) / f"{node}.db"
-
-
-@dataclass
-class Service:
-    """One long-running process of the cluster, inside a host."""
-
-    name: str
-    host: str
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    popen: subprocess.Popen[bytes] | None = None
-    paused: bool = False
-    _where: tuple[Network, Path] | None = None
-
-    def start_again(self) -> None:
-        """Start it where it ran before, unless it still runs (a killed process's restart)."""
-        if self._where is not None and not self.running:
-            self.start(*self._where)
-
-    def start(self, net: Network, logs: Path) -> None:
-        self._where = (net, logs)
-        out = (logs / f"{self.name}.log").open("ab")
-        self.popen = subprocess.Popen(
-            net.argv(self.host, self.argv),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
-            start_new_session=True,
-        )
-        out.close()
-        self.paused = False
-
-    @property
-    def running(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.popen.pid, sig)
-        if sig == signal.SIGSTOP:
-            self.paused = True
-        elif sig == signal.SIGCONT:
-            self.paused = False
-
-    def kill(self) -> None:
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGKILL)
-        if self.popen is not None:
-            self.popen.wait()
-
-    def stop(self) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            self.popen.wait(15)
-        except subprocess.TimeoutExpired:
-            self.kill()
+#: How long a service may take to stop on SIGTERM before it is killed.
+GRACE = 15.0
 
 
 class ChaosCluster:
@@ -157,18 +82,12 @@ class ChaosCluster:
         self.token = self.token_file.read_text().strip()
         self.resource = directory / "fenced.db"
         self.cascade_dir = directory / "cascade"
-        self.small_disk = node_db(directory, SMALL_DISK_NODE).parent
-        self.small_disk.mkdir(parents=True, exist_ok=True)
+        self.history = History(self.history_dir, "harness")
         # Mounted before any process starts, so that every host's mount namespace has it.
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={SMALL_DISK_SIZE}", "tmpfs",
-             str(self.small_disk)],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        self.services: dict[str, Service] = {}
+        self.disk = SmallDisk(directory, self.history)
+        self.services: dict[str, Proc] = {}
         self.clock_files: dict[str, Path] = {}
         self.ports = {h: 7400 + i for i, h in enumerate(self.hosts)}
-        self.history = History(self.history_dir, "harness")
         self.writer: Writer | None = None
         #: The cascade's root now: ``s1`` until the root is lost and a failover promotes another.
         self.root = "s1"
@@ -188,11 +107,22 @@ class ChaosCluster:
             return self.store_url
         return f"redis+masterfile://{self.master_file(host)}?db=0"
 
+    def _service(
+        self, name: str, host: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> Proc:
+        """Long-running process ``name`` inside ``host``, its output in ``logs/<name>.log``.
+        Started in a session of its own, whose whole group every signal reaches: a paused
+        agent pauses its Spark JVM too."""
+        return Proc(
+            name, self.net.argv(host, argv), self.logs / f"{name}.log", env,
+            group=True, grace=GRACE, start=False,
+        )  # fmt: skip
+
     def _define(self) -> None:
         bin_dir = Path(sys.executable).parent
         for name in self.stores:
             self.store_dir(name).mkdir(exist_ok=True)
-            self.services[name] = Service(
+            self.services[name] = self._service(
                 name,
                 "st",
                 [
@@ -210,7 +140,7 @@ class ChaosCluster:
         if self.failover:
             self._define_failover(bin_dir)
         for host in self.hosts:
-            self.services[f"agent-{host}"] = Service(
+            self.services[f"agent-{host}"] = self._service(
                 f"agent-{host}",
                 host,
                 [str(bin_dir / "baton"), "node"],
@@ -235,7 +165,7 @@ class ChaosCluster:
                 clock.write_text("+0\n")
                 name = f"elect-{lease}-{host}"
                 self.clock_files[name] = clock
-                self.services[name] = Service(
+                self.services[name] = self._service(
                     name,
                     host,
                     [
@@ -261,7 +191,7 @@ class ChaosCluster:
         servers = ",".join(f"{self.net.address('st')}:{port}" for port in STORES.values())
         for host in self.hosts:
             self.master_file(host).parent.mkdir(parents=True, exist_ok=True)
-            self.services[f"rcc-{host}"] = Service(
+            self.services[f"rcc-{host}"] = self._service(
                 f"rcc-{host}",
                 host,
                 [
@@ -272,7 +202,7 @@ class ChaosCluster:
                 ],
             )  # fmt: skip
         for host in FAILOVER_SERVERS:
-            self.services[f"rcs-{host}"] = Service(
+            self.services[f"rcs-{host}"] = self._service(
                 f"rcs-{host}",
                 host,
                 [
@@ -288,22 +218,22 @@ class ChaosCluster:
 
         FencedResource(self.resource)
         for name in self.stores:
-            self.services[name].start(self.net, self.logs)
+            self.services[name].start()
             wait_for(partial(self.store_role, name), timeout=20, what=name)
         if self.failover:
             for name in self.stores[1:]:
                 self._redis(name).replicaof(self.net.address("st"), STORE_PORT)
             for name in self.failover_services():
-                self.services[name].start(self.net, self.logs)
+                self.services[name].start()
             first = f"{self.net.address('st')}:{STORE_PORT}"
             wait_for(
                 lambda: set(self.master_files().values()) == {first},
                 timeout=60,
                 what="every host's master file to name the store",
             )
-        for svc in self.services.values():
-            if svc.popen is None:
-                svc.start(self.net, self.logs)
+        for name, svc in self.services.items():
+            if name not in self.stores and name not in self.failover_services():
+                svc.start()
         self.history.record("cluster-start", hosts=self.hosts, failover=self.failover)
 
     def failover_services(self) -> list[str]:
@@ -366,14 +296,14 @@ class ChaosCluster:
     def restart(self, name: str) -> None:
         svc = self.services[name]
         svc.kill()
-        svc.start(self.net, self.logs)
+        svc.start()
         if name in STORES:
             wait_for(lambda: self.store_role(name) is not None, timeout=20, what=name)
 
     def jvms(self, name: str) -> list[int]:
         """The Spark JVMs running under service ``name``."""
         svc = self.services[name]
-        return java_of(svc.popen.pid) if svc.popen is not None and svc.running else []
+        return java_of(svc.pid) if svc.running else []
 
     def agents(self) -> list[str]:
         return [f"agent-{h}" for h in self.hosts]
@@ -415,54 +345,6 @@ class ChaosCluster:
 
     def location(self, node: str) -> str:
         return f"sqlite://{node_db(self.dir, node)}"
-
-    def fill_disk(self) -> None:
-        """Take every free byte of the small disk (the disk-full fault), right after an
-        operator's checkpoint emptied the database's write-ahead log: without it, the log's
-        room (a few MB, reused after every checkpoint) absorbs minutes of writes and the
-        node never sees the disk full."""
-        checkpoint: Any = None
-        with contextlib.suppress(sqlite3.Error):
-            db = sqlite3.connect(node_db(self.dir, SMALL_DISK_NODE), timeout=5)
-            try:
-                checkpoint = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            finally:
-                db.close()
-        fd = os.open(self.small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            # In steps until the disk refuses: one request for all the free space fails whole
-            # when the node writes meanwhile.
-            size = 0
-            for step in (1 << 20, 1 << 12):
-                while True:
-                    try:
-                        os.posix_fallocate(fd, size, step)
-                    except OSError:
-                        break
-                    size += step
-        finally:
-            os.close(fd)
-        free = os.statvfs(self.small_disk)
-        wal = node_db(self.dir, SMALL_DISK_NODE).with_suffix(".db-wal")
-        self.history.record(
-            "disk-filled",
-            checkpoint=checkpoint,
-            wal_bytes=wal.stat().st_size if wal.exists() else None,
-            free_bytes=os.statvfs(self.small_disk).f_bavail * free.f_frsize,
-        )
-
-    def free_disk(self) -> None:
-        (self.small_disk / "filler").unlink(missing_ok=True)
-
-    def release_disk(self) -> None:
-        """Unmount the small disk, keeping what it holds in the same place on the disk below
-        (the run's directory keeps every database; call once nothing uses it)."""
-        self.free_disk()
-        saved = self.dir / "disk-saved"
-        shutil.copytree(self.small_disk, saved, dirs_exist_ok=True)
-        subprocess.run(["umount", "-l", str(self.small_disk)], check=False, capture_output=True)
-        shutil.copytree(saved, self.small_disk, dirs_exist_ok=True)
-        shutil.rmtree(saved)
 
     def create_objects(self) -> None:
         """The cascade's node databases (tables created empty), then the placed objects."""
@@ -548,97 +430,6 @@ def _audit_triggers(db: sqlite3.Connection) -> None:
             f"CREATE TRIGGER IF NOT EXISTS items_audit_{op.lower()} AFTER {op} ON items "
             f"BEGIN INSERT INTO items_applied VALUES ({row}.id, {row}.n, '{op[0]}', {at}); END"
         )
-
-
-class Writer(threading.Thread):
-    """Steady transactions at the root: inserts of new ids, updates that bump ``n``, deletes.
-    Each is recorded with its outcome (``ok`` true only once COMMIT returned).
-
-    When the root is lost, the application is held (:meth:`hold`), then pointed at the new
-    root (:meth:`move_to`): it reads its rows there again, as an application that failed over
-    would, so it never builds on a write that was stranded on the old root."""
-
-    def __init__(self, root_db: Path, history_dir: Path, seed: int, interval: float = 0.02):
-        super().__init__(daemon=True, name="chaos-writer")
-        self.root_db = root_db
-        self.history = History(history_dir, "writer")
-        self.rng = random.Random(seed)
-        self.interval = interval
-        self.halt = threading.Event()
-        self.live: dict[int, int] = {}
-        self.next_id = 1
-        self.acked = 0
-        self._lock = threading.Lock()
-        self._held = False
-        self._target = root_db
-
-    def hold(self) -> None:
-        """Stop writing; returns once no write is under way."""
-        with self._lock:
-            self._held = True
-
-    def move_to(self, root_db: Path) -> None:
-        """Write at ``root_db`` from now on (and no longer held)."""
-        with self._lock:
-            self._target = root_db
-            self._held = False
-
-    def run(self) -> None:
-        db = sqlite3.connect(self.root_db, timeout=5, isolation_level=None)
-        try:
-            while not self.halt.wait(self.interval):
-                with self._lock:
-                    if self._held:
-                        continue
-                    if self._target != self.root_db:
-                        db.close()
-                        db = self._reopen(self._target)
-                    self._one(db)
-        finally:
-            db.close()
-            self.history.close()
-
-    def _reopen(self, root_db: Path) -> sqlite3.Connection:
-        self.root_db = root_db
-        db = sqlite3.connect(root_db, timeout=5, isolation_level=None)
-        self.live = dict(db.execute("SELECT id, n FROM items WHERE writer = 'w'").fetchall())
-        self.history.record("writer-moved", root=str(root_db), live=len(self.live))
-        return db
-
-    def _one(self, db: sqlite3.Connection) -> None:
-        r = self.rng.random()
-        if r < 0.6 or not self.live:
-            op, id_, n = "insert", self.next_id, 0
-            self.next_id += 1
-            sql = "INSERT INTO items VALUES (?, ?, 'w')"
-            args: tuple[int, ...] = (id_, n)
-        elif r < 0.9:
-            op = "update"
-            id_ = self.rng.choice(list(self.live))
-            n = self.live[id_] + 1
-            sql, args = "UPDATE items SET n = ? WHERE id = ?", (n, id_)
-        else:
-            op = "delete"
-            id_ = self.rng.choice(list(self.live))
-            n = self.live[id_]
-            sql, args = "DELETE FROM items WHERE id = ?", (id_,)
-        self.history.record("write", op=op, id=id_, n=n, state="invoke")
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            db.execute(sql, args)
-            db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            # Refused before COMMIT returned: SQLite rolled it back, so it did not happen.
-            self.history.record("write", op=op, id=id_, n=n, state="fail", error=type(exc).__name__)
-            return
-        self.acked += 1
-        if op == "delete":
-            self.live.pop(id_, None)
-        else:
-            self.live[id_] = n
-        self.history.record("write", op=op, id=id_, n=n, state="ok")
 
 
 def probe_lag(cluster: ChaosCluster, timeout: float) -> float | None:

@@ -57,8 +57,9 @@ class Fault:
     kind: str
     target: str
     duration: float
-    start: Callable[[], None] = field(repr=False)
-    repair: Callable[[], None] = field(repr=False, default=_nothing)
+    # What they return is not used (a process's start returns the process).
+    start: Callable[[], object] = field(repr=False)
+    repair: Callable[[], object] = field(repr=False, default=_nothing)
     busy: frozenset[str] = frozenset()
     number: int = 0
     ends: float = 0.0
@@ -125,7 +126,7 @@ class Nemesis:
 
     def _killed(self, kind: str, name: str) -> Fault:
         svc = self.cluster.services[name]
-        return Fault(kind, name, self._short(), svc.kill, svc.start_again, frozenset({name}))
+        return Fault(kind, name, self._short(), svc.kill, svc.start, frozenset({name}))
 
     def _paused(self, kind: str, name: str) -> Fault:
         svc = self.cluster.services[name]
@@ -133,8 +134,8 @@ class Nemesis:
             kind,
             name,
             self._long(),
-            lambda: svc.signal(signal.SIGSTOP),
-            lambda: svc.signal(signal.SIGCONT),
+            svc.pause,
+            svc.resume,
             frozenset({name}),
         )
 
@@ -151,7 +152,7 @@ class Nemesis:
         name = self.rng.choice(self.cluster.stores)
         svc = self.cluster.services[name]
         down = self.rng.uniform(0.2, 3.0) * self.cluster.ttl
-        return Fault("kill-store", name, down, svc.kill, svc.start_again, frozenset({"store"}))
+        return Fault("kill-store", name, down, svc.kill, svc.start, frozenset({"store"}))
 
     def _kill_master(self) -> Fault | None:
         # The store master every file names, started again with its data right after the
@@ -172,7 +173,7 @@ class Nemesis:
                     timeout=6 * self.cluster.ttl,
                     what="the switch away from the killed master",
                 )
-            svc.start_again()
+            svc.start()
 
         return Fault(
             "kill-master", name, self._long(), svc.kill, after_the_switch, frozenset({"store"})
@@ -258,7 +259,7 @@ class Nemesis:
             "disk-full",
             "disk",
             self.rng.uniform(2.0, 5.0) * self.cluster.ttl,
-            self.cluster.fill_disk,
-            self.cluster.free_disk,
+            self.cluster.disk.fill,
+            self.cluster.disk.free,
             frozenset({"disk"}),
         )

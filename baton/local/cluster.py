@@ -72,7 +72,7 @@ class LocalNode:
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.popen.poll() is None
+        return self.proc is not None and self.proc.running
 
     def get(self, path: str) -> httpx.Response:
         return httpx.get(
@@ -174,16 +174,18 @@ class LocalCluster:
         return {n["id"]: n["state"] for n in st["nodes"]} if st else {}
 
     def kill(self, node_id: str) -> None:
+        """SIGKILL: a crash."""
         self._signal(node_id, signal.SIGKILL)
 
     def pause(self, node_id: str) -> None:
+        """SIGSTOP: frozen, as in a long pause (the node process only)."""
         self._signal(node_id, signal.SIGSTOP)
 
     def resume(self, node_id: str) -> None:
         self._signal(node_id, signal.SIGCONT)
 
     def terminate(self, node_id: str) -> None:
-        """SIGTERM: a graceful stop."""
+        """SIGTERM: a graceful stop, without waiting for it."""
         self._signal(node_id, signal.SIGTERM)
 
     def restart(self, node_id: str) -> None:

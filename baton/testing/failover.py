@@ -90,7 +90,7 @@ class RedisGroup:
 
     def role(self, i: int) -> str | None:
         """``master`` or ``slave``; None when the server does not answer."""
-        if self.servers[i].proc is None:
+        if not self.servers[i].running:
             return None
         try:
             with self.client(i, timeout=0.2) as r:

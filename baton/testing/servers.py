@@ -1,8 +1,9 @@
 """Real Redis and PostgreSQL servers for tests and benchmarks, on free loopback ports.
 
-Each server is a child process started here and stopped by PID; data lives in a directory the
-caller owns (a pytest temp dir). Nothing is mocked: this is what baton's own conformance suite
-runs against, and users can run theirs the same way::
+Redis and etcd are supervised child processes (:class:`~baton.local.processes.Proc`);
+PostgreSQL is run by its own ``pg_ctl``. Data lives in a directory the caller owns (a pytest temp
+dir). Nothing is mocked: this is what baton's own conformance suite runs against, and users can
+run theirs the same way::
 
     with RedisServer(tmp_path / "redis") as redis:
         store = open_store(redis.url)
@@ -13,8 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,7 +24,8 @@ from types import TracebackType
 from typing import Self
 
 from baton.errors import ServerError
-from baton.local.ports import free_port
+from baton.local.ports import free_port, port_open
+from baton.local.processes import Proc
 
 PG_BIN = Path(os.environ.get("BATON_PG_BIN", "/usr/lib/postgresql/15/bin"))
 
@@ -33,73 +33,24 @@ PG_BIN = Path(os.environ.get("BATON_PG_BIN", "/usr/lib/postgresql/15/bin"))
 def wait_port(port: int, timeout: float = 10.0) -> None:
     """Wait until something accepts TCP connections on 127.0.0.1:``port``."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise ServerError(f"nothing listens on 127.0.0.1:{port} after {timeout}s") from None
-            time.sleep(0.02)
+    while not port_open(port):
+        if time.monotonic() > deadline:
+            raise ServerError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+        time.sleep(0.02)
 
 
-class ChildServer:
-    """A server run as a child process of this one, stopped by PID (SIGTERM, then SIGKILL)."""
-
-    proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Self:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        """SIGKILL the server (a crash)."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-    def pause(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self.proc is not None:
-            self.proc.send_signal(signal.SIGCONT)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-class RedisServer(ChildServer):
+class RedisServer(Proc):
     """A ``redis-server`` child process, by default without persistence (so a restart loses
     every key, the case baton's epochs must survive). ``persist``: an append-only file synced
     on every write, so a server killed and started again comes back with its data (a master
-    restarted after a failover, as an operator's host would do)."""
+    restarted after a failover, as an operator's host would do). Started, paused, killed and
+    stopped as any :class:`~baton.local.processes.Proc`; :meth:`start` returns once it listens."""
 
     def __init__(self, directory: Path, port: int | None = None, persist: bool = False) -> None:
         self.directory = Path(directory)
         self.port = port or free_port()
         self.persist = persist
-        self.proc = None
+        super().__init__("redis-server", [], self.directory / "redis.out", start=False)
 
     @property
     def url(self) -> str:
@@ -110,25 +61,24 @@ class RedisServer(ChildServer):
         if exe is None:
             raise ServerError("redis-server is not installed: apt-get install redis-server")
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [
-                exe,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "yes" if self.persist else "no",
-                "--appendfsync", "always",
-                "--dir", str(self.directory),
-                "--logfile", str(self.directory / "redis.log"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        wait_port(self.port)
+        self.argv = [
+            exe,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "yes" if self.persist else "no",
+            "--appendfsync", "always",
+            "--dir", str(self.directory),
+            "--logfile", str(self.directory / "redis.log"),
+        ]  # fmt: skip
+        super().start()
+        self.wait_ready(
+            lambda: port_open(self.port), 10, f"redis-server to listen on 127.0.0.1:{self.port}"
+        )
         return self
 
 
-class EtcdServer(ChildServer):
+class EtcdServer(Proc):
     """A one-node ``etcd`` on free loopback ports with its data in ``directory``: the reference
     the benchmarks compare baton with. ``url`` is also its JSON gateway (``/v3/...``)."""
 
@@ -136,7 +86,7 @@ class EtcdServer(ChildServer):
         self.directory = Path(directory)
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.proc = None
+        super().__init__("etcd", [], self.directory / "etcd.log", start=False)
 
     @property
     def url(self) -> str:
@@ -148,30 +98,19 @@ class EtcdServer(ChildServer):
             raise ServerError("etcd is not installed: apt-get install etcd-server etcd-client")
         self.directory.mkdir(parents=True, exist_ok=True)
         peer = f"http://127.0.0.1:{self.peer_port}"
-        with (self.directory / "etcd.log").open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    exe,
-                    "--name", "baton-ref",
-                    "--data-dir", str(self.directory / "data"),
-                    "--listen-client-urls", self.url,
-                    "--advertise-client-urls", self.url,
-                    "--listen-peer-urls", peer,
-                    "--initial-advertise-peer-urls", peer,
-                    "--initial-cluster", f"baton-ref={peer}",
-                    "--initial-cluster-state", "new",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        deadline = time.monotonic() + 15
-        while not self._healthy():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise ServerError(
-                    f"etcd did not become healthy on {self.url}; see {self.directory / 'etcd.log'}"
-                )
-            time.sleep(0.02)
+        self.argv = [
+            exe,
+            "--name", "baton-ref",
+            "--data-dir", str(self.directory / "data"),
+            "--listen-client-urls", self.url,
+            "--advertise-client-urls", self.url,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"baton-ref={peer}",
+            "--initial-cluster-state", "new",
+        ]  # fmt: skip
+        super().start()
+        self.wait_ready(self._healthy, 15, f"etcd to be healthy on {self.url}")
         return self
 
     def _healthy(self) -> bool:

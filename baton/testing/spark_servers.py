@@ -16,21 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from baton.errors import ServerError
-from baton.local.ports import free_port
-from baton.local.processes import descendants
+from baton.local.ports import free_port, port_open
+from baton.local.processes import Proc, descendants, wait_ready
 from baton.spark.session import LOG4J as SESSION_LOG4J
-from baton.testing.servers import wait_port
 
 #: The Spark Connect server's main class (``sbin/start-connect-server.sh`` runs the same).
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -56,15 +51,14 @@ def connect_jar() -> Path:
 
 
 def _spark_env(work: Path) -> dict[str, str]:
-    """The environment of every Spark process started here: loopback only, this venv's
-    Python for Python workers, scratch and logs inside ``work``, in the foreground."""
+    """What every Spark process started here adds to the environment: loopback only, this
+    venv's Python for Python workers, scratch and logs inside ``work``, in the foreground."""
     for sub in ("logs", "tmp", "local", "workers"):
         (work / sub).mkdir(parents=True, exist_ok=True)
     log4j = work / "log4j2.properties"
     log4j.write_text(LOG4J.format(log=work / "logs" / "spark.log"))
     java = f"-Dlog4j2.configurationFile=file:{log4j} -Djava.io.tmpdir={work / 'tmp'}"
     return {
-        **os.environ,
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
@@ -77,56 +71,10 @@ def _spark_env(work: Path) -> dict[str, str]:
     }
 
 
-class _Processes:
-    """Child processes stopped together, with whatever they started."""
-
-    def __init__(self, work: Path) -> None:
-        self.work = Path(work)
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self._outs: list[int] = []
-
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        out = os.open(self.work / f"{name}.out", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._outs.append(out)
-        proc = subprocess.Popen(
-            argv,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=self.work,
-            start_new_session=True,  # a signal to the test runner's group does not reach it
-        )
-        self.procs.append(proc)
-        return proc
-
-    def check(self, what: str) -> None:
-        for proc in self.procs:
-            if proc.poll() is not None:
-                raise ServerError(
-                    f"{what} exited with status {proc.returncode} while starting: see "
-                    f"{self.work}/*.out and {self.work}/logs"
-                )
-
-    def stop(self) -> None:
-        """SIGTERM every process (the last started first), SIGKILL what is left after 15 s,
-        then every process they started that outlived them (executors, Python workers)."""
-        children = [c for p in self.procs if p.poll() is None for c in descendants(p.pid)]
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for out in self._outs:
-            os.close(out)
-        self.procs.clear()
-        self._outs.clear()
+def _spawn(work: Path, name: str, argv: list[str], env: dict[str, str]) -> Proc:
+    """A Spark daemon or server in ``work``, its output in ``work/<name>.out``. A JVM may take
+    a while to stop gracefully on a busy machine: 15 s before it is killed."""
+    return Proc(name, argv, work / f"{name}.out", env, cwd=work, grace=15.0)
 
 
 class StandaloneCluster:
@@ -140,7 +88,8 @@ class StandaloneCluster:
         self.memory = memory
         self.port = 0
         self.ui_port = 0
-        self._procs = _Processes(self.work)
+        #: The master, then the workers.
+        self._procs: list[Proc] = []
 
     @property
     def url(self) -> str:
@@ -153,16 +102,22 @@ class StandaloneCluster:
         self.port, self.ui_port = free_port(), free_port()
         master = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                   "--port", str(self.port), "--webui-port", str(self.ui_port)]  # fmt: skip
-        self._procs.spawn("master", master, env)
         try:
-            wait_port(self.port, START_TIMEOUT)
+            self._procs.append(_spawn(self.work, "master", master, env))
+            wait_ready(
+                lambda: port_open(self.port), self._procs, START_TIMEOUT,
+                f"the Spark master to listen on {self.url}",
+            )  # fmt: skip
             for n in range(self.workers):
                 worker = [spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
                           "--host", "127.0.0.1", "--webui-port", str(free_port()),
                           "--cores", str(self.cores), "--memory", self.memory,
                           "--work-dir", str(self.work / "workers" / str(n))]  # fmt: skip
-                self._procs.spawn(f"worker-{n}", worker, env)
-            self._wait_workers()
+                self._procs.append(_spawn(self.work, f"worker-{n}", worker, env))
+            wait_ready(
+                self._registered, self._procs, START_TIMEOUT,
+                f"{self.workers} Spark workers to register with {self.url}",
+            )  # fmt: skip
         except BaseException:
             self.stop()
             raise
@@ -177,29 +132,24 @@ class StandaloneCluster:
     def executors(self) -> list[int]:
         """The PIDs of the executor JVMs the workers run now."""
         found = []
-        for worker in self._procs.procs[1:]:
-            for pid in descendants(worker.pid):
+        for worker in self._procs[1:]:
+            for pid in descendants(worker.pid) if worker.running else ():
                 with contextlib.suppress(OSError):
                     if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes():
                         found.append(pid)
         return found
 
-    def _wait_workers(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            self._procs.check("a standalone master or worker")
-            with contextlib.suppress(OSError, ValueError):
-                if self.status().get("aliveworkers") == self.workers:
-                    return
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"{self.workers} Spark workers did not register with {self.url} within "
-                    f"{START_TIMEOUT:.0f}s: see {self.work}/*.out and {self.work}/logs"
-                )
-            time.sleep(0.1)
+    def _registered(self) -> bool:
+        with contextlib.suppress(OSError, ValueError):
+            return self.status().get("aliveworkers") == self.workers
+        return False
 
     def stop(self) -> None:
-        self._procs.stop()
+        """Stop the workers (the last started first), then the master, with whatever they
+        started (executors, Python workers)."""
+        for proc in reversed(self._procs):
+            proc.stop()
+        self._procs.clear()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -229,8 +179,7 @@ class ConnectServer:
         self.session_timeout = session_timeout
         self.conf = dict(conf or {})
         self.port = 0
-        self._procs = _Processes(self.work)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Proc | None = None
 
     @property
     def url(self) -> str:
@@ -259,27 +208,16 @@ class ConnectServer:
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
         argv.append(str(connect_jar()))
-        self.proc = self._procs.spawn("connect", argv, env)
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while True:
-                self._procs.check("the Spark Connect server")
-                try:
-                    wait_port(self.port, 0.5)
-                    break
-                except ServerError:
-                    if time.monotonic() > deadline:
-                        raise ServerError(
-                            f"the Spark Connect server did not listen on 127.0.0.1:{self.port} "
-                            f"within {START_TIMEOUT:.0f}s: see {self.work}/connect.out"
-                        ) from None
-        except BaseException:
-            self.stop()
-            raise
+        self.proc = _spawn(self.work, "connect", argv, env)
+        self.proc.wait_ready(
+            lambda: port_open(self.port), START_TIMEOUT,
+            f"the Spark Connect server to listen on 127.0.0.1:{self.port}",
+        )  # fmt: skip
         return self
 
     def stop(self) -> None:
-        self._procs.stop()
+        if self.proc is not None:
+            self.proc.stop()
         self.proc = None
 
     def __enter__(self) -> Self:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from baton.chaos import checker
-from baton.chaos.cluster import node_db
+from baton.chaos.disk import node_db
 
 
 def frame(host: str, kind: str, epoch: int, offset: int, at: float | None = None) -> dict[str, Any]:

@@ -5,22 +5,12 @@ A long campaign (seed 20261126) lost every candidate of a job this way before it
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
 from pathlib import Path
-from typing import cast
 
 from baton.chaos.campaign import Supervisor
-from baton.chaos.cluster import Service
 from baton.chaos.history import load
-from baton.chaos.net import Network
+from baton.local.processes import Proc
 from baton.local.waiting import wait_for
-
-
-class _Here:
-    """Runs a service's argv in this namespace (the supervisor never looks at hosts)."""
-
-    def argv(self, host: str, argv: Sequence[str]) -> list[str]:
-        return list(argv)
 
 
 def test_a_candidate_that_exits_is_restarted_and_a_killed_one_is_not(tmp_path: Path) -> None:
@@ -28,11 +18,9 @@ def test_a_candidate_that_exits_is_restarted_and_a_killed_one_is_not(tmp_path: P
     runs.mkdir()
     # Each start leaves a file; the process exits 75 at its first start and then stays up.
     script = f'n=$(ls {runs} | wc -l); touch {runs}/$n; [ "$n" -eq 0 ] && exit 75; exec sleep 60'
-    quitter = Service("elect-job-a-h1", "h1", ["sh", "-c", script])
-    killed = Service("elect-job-b-h1", "h1", ["sleep", "60"])
-    net = cast(Network, _Here())
-    for svc in (quitter, killed):
-        svc.start(net, tmp_path)
+    # In this namespace: the supervisor never looks at hosts.
+    quitter = Proc("elect-job-a-h1", ["sh", "-c", script], tmp_path / "a.log", group=True)
+    killed = Proc("elect-job-b-h1", ["sleep", "60"], tmp_path / "b.log", group=True)
     supervisor = Supervisor({s.name: s for s in (quitter, killed)}, tmp_path / "history")
     supervisor.start()
     try:
