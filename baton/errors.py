@@ -45,7 +45,8 @@ never reads a message.
     ├── PeerError                  another node's API could not be reached or answered an error
     ├── FailoverError              a store-failover round or planned switch did not complete
     ├── SparkUnavailable           a Spark master or Connect server does not answer: retry
-    ├── ServerError                a test server (baton.testing) could not be started
+    ├── ServerError                a supervised process (a test server, baton.local) could not
+    │                              be started or did not become ready
     └── WaitTimeout                a condition (baton.testing) did not hold before its deadline;
                                    also an AssertionError, so test runners report a failed check
 
@@ -281,7 +282,8 @@ class SparkUnavailable(BatonError):
 
 
 class ServerError(BatonError):
-    """A test server (:mod:`baton.testing.servers`) could not be started."""
+    """A supervised process (:class:`baton.local.processes.Proc`: a test server, a Spark
+    server, a node) could not be started, or exited or timed out before it was ready."""
 
 
 class WaitTimeout(BatonError, AssertionError):
