@@ -174,30 +174,30 @@ class LocalCluster:
         return {n["id"]: n["state"] for n in st["nodes"]} if st else {}
 
     def kill(self, node_id: str) -> None:
-        """SIGKILL: a crash."""
-        self._signal(node_id, signal.SIGKILL)
+        """SIGKILL: a crash (returns once the process is gone)."""
+        if (proc := self.nodes[node_id].proc) is not None:
+            proc.kill()
 
     def pause(self, node_id: str) -> None:
         """SIGSTOP: frozen, as in a long pause (the node process only)."""
-        self._signal(node_id, signal.SIGSTOP)
+        if (proc := self.nodes[node_id].proc) is not None:
+            proc.pause()
 
     def resume(self, node_id: str) -> None:
-        self._signal(node_id, signal.SIGCONT)
+        if (proc := self.nodes[node_id].proc) is not None:
+            proc.resume()
 
     def terminate(self, node_id: str) -> None:
         """SIGTERM: a graceful stop, without waiting for it."""
-        self._signal(node_id, signal.SIGTERM)
+        if (proc := self.nodes[node_id].proc) is not None:
+            proc.signal(signal.SIGTERM)
 
     def restart(self, node_id: str) -> None:
+        """Stop the node gracefully and start it again, with a fresh log."""
         node = self.nodes[node_id]
         if node.proc is not None:
             node.proc.stop()
         node.start()
-
-    def _signal(self, node_id: str, sig: int) -> None:
-        proc = self.nodes[node_id].proc
-        if proc is not None:
-            proc.signal(sig)
 
     def wait_for(self, predicate: Callable[[], T | Falsy], timeout: float = 30.0) -> T:
         return _wait_for(predicate, timeout=timeout)
