@@ -209,10 +209,14 @@ class ConnectServer:
             argv += ["--conf", f"{key}={value}"]
         argv.append(str(connect_jar()))
         self.proc = _spawn(self.work, "connect", argv, env)
-        self.proc.wait_ready(
-            lambda: port_open(self.port), START_TIMEOUT,
-            f"the Spark Connect server to listen on 127.0.0.1:{self.port}",
-        )  # fmt: skip
+        try:
+            self.proc.wait_ready(
+                lambda: port_open(self.port), START_TIMEOUT,
+                f"the Spark Connect server to listen on 127.0.0.1:{self.port}",
+            )  # fmt: skip
+        except BaseException:  # an interrupt too: leave nothing running
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
