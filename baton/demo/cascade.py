@@ -21,7 +21,7 @@ from baton.cascade.beat import ServiceState
 from baton.demo.partitions import partitions_part
 from baton.local.waiting import wait_for
 from baton.service.worker import LOW_LATENCY
-from baton.spark.session import build_session
+from baton.spark.lifecycle import SessionSpec, SparkSessions
 from baton.testing.cascade import LocalSet
 from baton.testing.workload import run_workload
 
@@ -96,77 +96,76 @@ def cascade_part(console: Console, workdir: Path, step: Step, master: str = "loc
     t0 = time.monotonic()
     # Four task slots: two low-latency workers hold one each for as long as they run, and the
     # partitions part's micro-batches and copies need the others.
-    spark = build_session(master=master, work_dir=workdir / "spark", quiet=True)
+    sessions = SparkSessions(SessionSpec(master=master, work_dir=workdir / "spark", quiet=True))
+    spark = sessions.session()
     step(f"Spark session ({master})", time.monotonic() - t0, spark.version, True)
     ok = True
-    try:
-        with LocalSet(workdir, spark, mode=LOW_LATENCY) as s:
-            s.root("root")
-            s.branch("branch", "root")
-            s.leaf("leaf", "branch")
-            s.add_table("accounts")
-            t0 = time.monotonic()
-            s.start_workers()
-            writer = _Writer(s.path("root"), seed=1)
-            writer.start()
-            s.wait_synced(timeout=120)
-            step("root -> branch -> leaf replicating", time.monotonic() - t0,
-                 f"{writer.changes} row changes so far", True)  # fmt: skip
-            seen = _one_row_lag(s)
-            step("a row from the root to the leaf", seen,
-                 "through the branch, with low-latency workers (one Spark task each)",
-                 seen < 5.0)  # fmt: skip
-            # Operations that cannot lose data: a write where it would not be captured is
-            # refused, and status tells what runs where.
-            refusal = _refused_at(s.path("branch"))
-            services = _services(s)
-            running = services == {"root": "ticking", "branch": "applying", "leaf": "applying"}
-            step("a write at the branch refused", 0.0,
-                 f"{refusal}; status: " + ", ".join(f"{k} {v}" for k, v in services.items()),
-                 refusal is not None and "write it at" in refusal and running)  # fmt: skip
-            time.sleep(2.0)
-            # The root dies mid-stream: its writer and ticker stop at once.
-            writer.halt.set()
-            writer.join()
-            s.dead.add("root")
-            died = time.monotonic()
-            console.print(f"the root died after {writer.changes} row changes; failing over...")
-            via = s.location("branch")
-            done = commands.failover(via, "root")  # what `baton cascade failover` runs
-            new_root, fork, notes = done.new_root, done.fork, done.notes
-            step("failover", time.monotonic() - died,
-                 f"{new_root} promoted at tick {fork}" + (f"; {notes}" if notes else ""),
-                 new_root == "branch")  # fmt: skip
-            after = _Writer(s.path(new_root), seed=1000)
-            after.start()
-            time.sleep(2.0)
-            after.halt.set()
-            after.join()
-            t0 = time.monotonic()
-            s.wait_synced(["leaf"], timeout=120)
-            same = s.rows("leaf") == s.rows(new_root)
-            rows = len(s.rows("leaf"))
-            step("leaf equals the surviving data", time.monotonic() - t0,
-                 f"{rows} rows; {after.changes} changes written at the new root", same)  # fmt: skip
-            ok &= same
-            saved = workdir / "resurrected-events.jsonl"
-            n = commands.resurrect(via, "root", saved).saved
-            s.dead.discard("root")
-            s.start_worker("root")
-            s.wait_synced(["root", "leaf"], timeout=120)
-            back = s.rows("root") == s.rows(new_root)
-            step("old root resurrected as a branch", 0.0,
-                 f"{n} events that never left it saved to {saved.name}; its tables equal the "
-                 "set's again", back)  # fmt: skip
-            ok &= back
-            ok &= partitions_part(
-                console,
-                workdir,
-                spark,
-                host=s.location(new_root),
-                leaf=s.location("leaf"),
-                step=step,
-            )
-    finally:
-        spark.stop()
+    # The sessions stop (and with them the JVM) at the end.
+    with sessions, LocalSet(workdir, spark, mode=LOW_LATENCY) as s:
+        s.root("root")
+        s.branch("branch", "root")
+        s.leaf("leaf", "branch")
+        s.add_table("accounts")
+        t0 = time.monotonic()
+        s.start_workers()
+        writer = _Writer(s.path("root"), seed=1)
+        writer.start()
+        s.wait_synced(timeout=120)
+        step("root -> branch -> leaf replicating", time.monotonic() - t0,
+             f"{writer.changes} row changes so far", True)  # fmt: skip
+        seen = _one_row_lag(s)
+        step("a row from the root to the leaf", seen,
+             "through the branch, with low-latency workers (one Spark task each)",
+             seen < 5.0)  # fmt: skip
+        # Operations that cannot lose data: a write where it would not be captured is
+        # refused, and status tells what runs where.
+        refusal = _refused_at(s.path("branch"))
+        services = _services(s)
+        running = services == {"root": "ticking", "branch": "applying", "leaf": "applying"}
+        step("a write at the branch refused", 0.0,
+             f"{refusal}; status: " + ", ".join(f"{k} {v}" for k, v in services.items()),
+             refusal is not None and "write it at" in refusal and running)  # fmt: skip
+        time.sleep(2.0)
+        # The root dies mid-stream: its writer and ticker stop at once.
+        writer.halt.set()
+        writer.join()
+        s.dead.add("root")
+        died = time.monotonic()
+        console.print(f"the root died after {writer.changes} row changes; failing over...")
+        via = s.location("branch")
+        done = commands.failover(via, "root")  # what `baton cascade failover` runs
+        new_root, fork, notes = done.new_root, done.fork, done.notes
+        step("failover", time.monotonic() - died,
+             f"{new_root} promoted at tick {fork}" + (f"; {notes}" if notes else ""),
+             new_root == "branch")  # fmt: skip
+        after = _Writer(s.path(new_root), seed=1000)
+        after.start()
+        time.sleep(2.0)
+        after.halt.set()
+        after.join()
+        t0 = time.monotonic()
+        s.wait_synced(["leaf"], timeout=120)
+        same = s.rows("leaf") == s.rows(new_root)
+        rows = len(s.rows("leaf"))
+        step("leaf equals the surviving data", time.monotonic() - t0,
+             f"{rows} rows; {after.changes} changes written at the new root", same)  # fmt: skip
+        ok &= same
+        saved = workdir / "resurrected-events.jsonl"
+        n = commands.resurrect(via, "root", saved).saved
+        s.dead.discard("root")
+        s.start_worker("root")
+        s.wait_synced(["root", "leaf"], timeout=120)
+        back = s.rows("root") == s.rows(new_root)
+        step("old root resurrected as a branch", 0.0,
+             f"{n} events that never left it saved to {saved.name}; its tables equal the "
+             "set's again", back)  # fmt: skip
+        ok &= back
+        ok &= partitions_part(
+            console,
+            workdir,
+            spark,
+            host=s.location(new_root),
+            leaf=s.location("leaf"),
+            step=step,
+        )
     return ok

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
@@ -41,6 +40,7 @@ from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
+from baton.spark.lifecycle import SessionSpec, SparkSessions
 from baton.store import START_WAIT, ChangeKind, Store, TxnResult, connect_waiting, open_store
 
 if TYPE_CHECKING:
@@ -101,10 +101,19 @@ class NodeAgent:
             may_lead=lambda: self.membership.is_leader,
             spark=self.spark,
         )
-        self._spark: Any = None
-        self._spark_lock = threading.Lock()
-        #: Spark Connect sessions per placed group (see :meth:`spark`).
-        self._connect_sessions: dict[str, Any] = {}
+        sc = config.spark
+        # Over Spark Connect the node's own session is named after the node, so that the agent
+        # restarted on this node reattaches to it and finds the queries it left.
+        self.sessions = SparkSessions(
+            SessionSpec(
+                master=sc.master,
+                remote=sc.remote,
+                conf=sc.conf,
+                work_dir=config.data_dir / "spark",
+                quiet=True,
+                connect_session=f"baton-node:{config.node_id}",
+            )
+        )
         self._background: set[asyncio.Future[None]] = set()
         #: Store-failover roles from ``[redis_failover]`` (started with the node).
         self.failover: Roles | None = None
@@ -151,56 +160,15 @@ class NodeAgent:
         )
 
     def spark(self, name: str = "") -> Any:
-        """This node's SparkSession (one JVM per agent), built on first use from ``[spark]``;
-        blocking, so workloads call it from a thread. Over Spark Connect, ``name`` (a placed
-        object's group) gets a server-side session of its own, named after it: the node that
-        leads the group next, this one or another, attaches to the same session and finds the
-        queries a dead predecessor left running there (the worker stops them)."""
-        from baton.spark.session import where
-
-        sc = self.config.spark
-        remote = where(sc.master, sc.remote).remote
-        if remote and name:
-            with self._spark_lock:
-                found = self._connect_sessions.get(name)
-                if found is None:
-                    from baton.spark.session import build_session
-
-                    found = build_session(
-                        remote=remote,
-                        conf=sc.conf,
-                        work_dir=self.config.data_dir / "spark",
-                        quiet=True,
-                        connect_session=f"baton-object:{name}",
-                    )
-                    self._connect_sessions[name] = found
-                return found
-        with self._spark_lock:
-            if self._spark is not None:
-                from baton.spark.session import forget, jvm_alive
-
-                if not jvm_alive(self._spark):
-                    # Killed or out of memory: every workload using it would wait forever on
-                    # a refused connection. A new JVM, and they go on.
-                    log.warning("spark's JVM is gone: starting a new one")
-                    forget(self._spark)
-                    self._spark = None
-            if self._spark is None:
-                from baton.spark.session import build_session
-
-                sc = self.config.spark
-                work = self.config.data_dir / "spark"
-                # Over Spark Connect the session is named after the node, so that the agent
-                # restarted on this node reattaches to it and finds the queries it left.
-                self._spark = build_session(
-                    master=sc.master,
-                    remote=sc.remote,
-                    conf=sc.conf,
-                    work_dir=work,
-                    quiet=True,
-                    connect_session=f"baton-node:{self.node_id}",
-                )
-            return self._spark
+        """This node's SparkSession (one JVM per agent, replaced when it died), built on first
+        use from ``[spark]``; blocking, so workloads call it from a thread. Over Spark Connect,
+        ``name`` (a placed object's group) gets a server-side session of its own, named after
+        it: the node that leads the group next, this one or another, attaches to the same
+        session and finds the queries a dead predecessor left running there (the worker stops
+        them)."""
+        if name and self.sessions.connect:
+            return self.sessions.named(f"baton-object:{name}")
+        return self.sessions.session()
 
     def _on_membership(self, event: ElectionEvent) -> None:
         if isinstance(event, LeadershipLost):

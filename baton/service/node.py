@@ -32,7 +32,8 @@ from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
 from baton.clock import SYSTEM, Clock
 from baton.errors import FencedOut
 from baton.service.worker import MICRO_BATCH, Worker
-from baton.spark.session import forget, jvm_alive
+from baton.spark.lifecycle import shared_session
+from baton.spark.session import jvm_alive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,13 +85,11 @@ class NodeService:
         self._halt: threading.Event | None = None
 
     def spark(self) -> SparkSession:
+        """The session the worker runs on: the one held, else one from the factory (by
+        default the process's :func:`~baton.spark.lifecycle.shared_session`), which replaces
+        a session whose JVM died."""
         if self._spark is None:
-            if self._spark_factory is not None:
-                self._spark = self._spark_factory()
-            else:
-                from baton.spark.session import shared_session
-
-                self._spark = shared_session()
+            self._spark = (self._spark_factory or shared_session)()
         return self._spark
 
     def step(self) -> None:
@@ -109,15 +108,14 @@ class NodeService:
                     pull_watermarks(db)
                 publish_watermark(db)
                 return
-        if not jvm_alive(self._spark):
-            # The JVM died under the worker, or while its session was being built: drop both;
-            # the next session built starts a new JVM.
+        if self._spark is not None and not jvm_alive(self._spark):
+            # The JVM died under the worker: drop both. The factory's owner of the session
+            # (:class:`~baton.spark.lifecycle.SparkSessions`) sees it dead too and builds the
+            # next one on a new JVM.
             if self.worker is not None:
                 with contextlib.suppress(Exception):
                     self.worker.close()
                 self.worker = None
-            if self._spark is not None and self._spark_factory is None:
-                forget(self._spark)  # the process's shared session
             self._spark = None
         if self.worker is None:
             spark = self.spark()  # may take long (a JVM starting): stopped meanwhile?

@@ -127,7 +127,8 @@ async def run_node(
 
     def spark() -> SparkSession:
         nonlocal failing
-        from baton.spark.session import shared_session, where
+        from baton.spark.lifecycle import shared_session
+        from baton.spark.session import where
 
         at = where(master, remote)
         started = time.monotonic()

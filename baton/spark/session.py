@@ -14,6 +14,10 @@ driver-local (a log4j file, a temporary directory) goes into the executors' sett
 cluster they run on other hosts. Over Spark Connect the session is the server's: settings only
 the server can take (static ones: the UI, the driver, directories) are left to it, with one log
 line naming them, and the rest are set on the session.
+
+Who holds a process's sessions, and replaces one whose JVM died, is
+:class:`baton.spark.lifecycle.SparkSessions`; this module builds them and tells a dead JVM
+(:func:`jvm_alive`, :func:`forget`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import os
 import re
 import socket
 import sys
-import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -419,38 +422,6 @@ def _stderr_to(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-_SHARED: list[SparkSession] = []
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_session(
-    *,
-    master: str | None = None,
-    remote: str | None = None,
-    conf: Mapping[str, str] | None = None,
-    work_dir: Path | None = None,
-    quiet: bool = False,
-    connect_session: str | None = None,
-) -> SparkSession:
-    """The process's one SparkSession (one JVM per process, however often leadership comes and
-    goes): built by the first call, with its settings, and returned by every later call."""
-    with _SHARED_LOCK:
-        if _SHARED and not jvm_alive(_SHARED[0]):
-            _SHARED.clear()  # its JVM died: build_session starts a new one
-        if not _SHARED:
-            _SHARED.append(
-                build_session(
-                    master=master,
-                    remote=remote,
-                    conf=conf,
-                    work_dir=work_dir,
-                    quiet=quiet,
-                    connect_session=connect_session,
-                )
-            )
-        return _SHARED[0]
-
-
 def register(session: SparkSession) -> None:
     """Make ``format("baton")`` (the source) and ``format("batonapply")`` (the apply sink)
     available in ``session``."""
@@ -506,9 +477,6 @@ def forget(session: SparkSession | None) -> None:
     if session is not None:
         with contextlib.suppress(Exception):  # stopping a dead JVM's context fails halfway
             session.stop()
-        with _SHARED_LOCK:
-            if session in _SHARED:
-                _SHARED.remove(session)
     SparkContext._gateway = None
     SparkContext._jvm = None
     SparkContext._active_spark_context = None

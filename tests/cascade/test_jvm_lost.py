@@ -2,8 +2,9 @@
 service of that agent waiting forever on a refused connection: PySpark keeps the dead gateway
 for every later session. ``jvm_alive`` sees it gone and a new JVM starts, also when the JVM died
 while a session was being built (nobody held one to notice; found by the campaign again), and
-for a session of the dead JVM once another service started a new one. Run in
-a process of its own, so the suite's shared session is not the one killed."""
+for a session of the dead JVM once another service started a new one. The process's sessions
+(:class:`~baton.spark.lifecycle.SparkSessions`) replace a dead one with one line saying so. Run
+in a process of its own, so the suite's shared session is not the one killed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,16 @@ SCRIPT = """
 import os, signal, sys
 from pathlib import Path
 from pyspark import SparkContext
-from baton.spark.session import build_session, jvm_alive, shared_session
+import logging
+from baton.spark.lifecycle import SessionSpec, SparkSessions, shared_session
+from baton.spark.session import build_session, jvm_alive
+
+said = []  # the lines saying a dead JVM was replaced
+class Said(logging.Handler):
+    def emit(self, record):
+        if record.getMessage() == "spark's JVM is gone: starting a new one":
+            said.append(record.levelname)
+logging.getLogger("baton.spark").addHandler(Said())
 
 def kill_jvm():
     proc = SparkContext._gateway.proc
@@ -41,15 +51,24 @@ talker.join()
 jvm_said = (work / "a" / "spark.log").read_text()
 assert "chatter" not in jvm_said and "incubator modules" in jvm_said, jvm_said[-2000:]
 assert s.range(5).count() == 5 and jvm_alive(s)
+# A second owner of sessions in the process (a node service's, say) shares the JVM.
+other = SparkSessions(SessionSpec(master="local[1]", work_dir=work / "a", quiet=True))
+assert other.session() is s
 kill_jvm()
 assert not jvm_alive(s) and not jvm_alive()
-# The process's shared session is replaced by one on a new JVM.
+# The process's shared session is replaced by one on a new JVM, with one line saying so.
 t = shared_session(master="local[1]", work_dir=work / "b", quiet=True)
 assert t is not s and jvm_alive(t) and t.range(7).count() == 7
+assert said == ["WARNING"], said
+assert shared_session() is t and len(said) == 1  # alive: the same session, nothing said
 # A second service of the process still holds the session of the dead JVM: it is not taken for
 # alive because the process has a live JVM again (found by the campaign: a branch waited on a
 # refused connection for good after the leaf's service had started the new JVM).
 assert not jvm_alive(s)
+# An owner whose session died after another one started a new JVM takes the live JVM's
+# session, without letting go of that JVM (the other owner's session stays alive).
+v = other.session()
+assert v is t and jvm_alive(t) and t.range(3).count() == 3 and len(said) == 2
 # The JVM dies and nobody holds a session to notice (it died while one was being built, as
 # in the campaign): building one starts a new JVM instead of handing out the dead gateway.
 kill_jvm()
