@@ -14,6 +14,7 @@ from baton.cli.main import cli
 from baton.errors import ConfigError
 from baton.node.config import load
 from baton.service.worker import query_name, query_owner
+from baton.spark.lifecycle import SessionSpec, SparkSessions
 from baton.spark.session import Where, connect_session_id, where
 
 
@@ -49,6 +50,16 @@ def test_where_knows_what_is_on_this_host() -> None:
     assert where("spark://127.0.0.1:7077").loopback and not where("spark://127.0.0.1:7077").local
     assert not where("spark://10.1.2.3:7077").loopback
     assert not where(remote="sc://127.0.0.1:15002").local
+
+
+def test_sessions_know_spark_connect_from_the_spec_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert SparkSessions(SessionSpec(remote="sc://h:15002")).connect
+    assert not SparkSessions(SessionSpec(master="local[1]")).connect
+    monkeypatch.delenv("BATON_SPARK_MASTER", raising=False)
+    monkeypatch.setenv("BATON_SPARK_REMOTE", "sc://h:15002")
+    assert SparkSessions(SessionSpec()).connect
 
 
 def test_connect_session_ids_are_stable_uuids() -> None:
