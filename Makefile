@@ -17,10 +17,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Two workers: the Spark tests on one, one after the other (tests/conftest.py: SPARK_TESTS),
-# everything else beside them on the other.
+# Two pytest processes side by side: the Spark tests in one, everything else in the other
+# (scripts/test.sh says which are which, and why).
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	@./scripts/test.sh
 
 bench: setup
 	@BATON_BENCH=1 ./scripts/setup.sh

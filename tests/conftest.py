@@ -17,25 +17,6 @@ from baton.testing.servers import PostgresServer, RedisServer
 
 BACKENDS = ("sqlite", "redis", "postgres")
 
-#: The tests that start Spark JVMs (in this process, or in the node processes they start). Run
-#: in parallel (``make test`` runs two pytest workers), they all go to one worker, one after
-#: the other: two Spark JVMs at once on a 2-core machine would each run at half speed, while
-#: the other worker runs the store, channel, placement and failover tests beside them.
-SPARK_TESTS = (
-    "tests/cascade/",
-    "tests/spark_deploy/",
-    "tests/chaos/test_campaign.py",
-    "tests/test_quickstart.py",
-    "tests/placement/test_cli_placement.py",
-    "tests/placement/test_runner_races.py",
-    "tests/unit/test_spark_where.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.nodeid.startswith(SPARK_TESTS):
-            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 # Every Spark driver the tests start (in this process or in the nodes' processes, which inherit
