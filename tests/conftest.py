@@ -18,7 +18,6 @@ from baton.testing.servers import PostgresServer, RedisServer
 BACKENDS = ("sqlite", "redis", "postgres")
 
 
-
 # Every Spark driver the tests start (in this process or in the nodes' processes, which inherit
 # the environment) starts from the venv's class archive when `make setup` built one.
 os.environ.setdefault(ENV_ARCHIVE, str(Path(sys.prefix) / "spark-classes.jsa"))
