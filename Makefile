@@ -17,10 +17,8 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Two pytest processes side by side: the Spark tests in one, everything else in the other
-# (scripts/test.sh says which are which, and why).
 test: lint
-	@./scripts/test.sh
+	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: setup
 	@BATON_BENCH=1 ./scripts/setup.sh
