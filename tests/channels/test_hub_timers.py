@@ -2,7 +2,11 @@
 the linger after the last subscriber, the growing pause between restarts of an upstream that
 keeps failing, and the pauses between a subscribe's attempts. Clock time moves only when the
 test moves it, so seconds of timers take milliseconds and a loaded machine cannot skew them.
-(The lease keeper renews on real time: these tests are short, well inside a ttl.)"""
+
+The hub's lease keeper renews on the same clock, but its renewals are real store calls; the
+ttl is long (a renewal every 60 clock seconds) so that none is due within a test: a clock
+moved in one jump could otherwise time a renewal out while its real call is still waiting for
+a loaded machine's thread, and the hub would rightly step down."""
 
 from __future__ import annotations
 
@@ -26,6 +30,9 @@ from baton.store import Store, open_store
 from baton.testing.clock import ManualClock
 from tests.channels.test_lifecycle import Frames
 
+#: Long enough that no renewal of the hub's leases is due within a test's clock time.
+HUB_TTL = 300.0
+
 
 class Failing(Handler):
     """An upstream that fails at once, every time, and notes the clock time of each start."""
@@ -43,7 +50,7 @@ class Failing(Handler):
 
 async def _hub(store: Store, clock: ManualClock, **config: Any) -> ChannelHub:
     hub = ChannelHub(
-        store, "a", "x" * 32, Timings.for_ttl(2), config=ChannelsConfig(**config), clock=clock
+        store, "a", "x" * 32, Timings.for_ttl(HUB_TTL), config=ChannelsConfig(**config), clock=clock
     )
     await hub.start()
     return hub
