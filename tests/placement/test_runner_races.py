@@ -50,12 +50,16 @@ class Probe(LeaderOnly):
     type_name = "probe"
     leading: ClassVar[set[int]] = set()
     created: ClassVar[int] = 0
+    #: Set when a start begins (a test cancels its caller then, mid-start).
+    starting: ClassVar[asyncio.Event | None] = None
 
     def __init__(self, ctx: WorkloadContext) -> None:
         super().__init__(ctx)
         Probe.created += 1
 
     async def start_leader(self, term: int) -> None:
+        if Probe.starting is not None:
+            Probe.starting.set()
         await asyncio.sleep(0.01)  # a start takes a while: others get to run meanwhile
         Probe.leading.add(id(self))
 
@@ -115,6 +119,7 @@ async def test_a_cancelled_sync_still_converges(store: Store, tmp_path: Path) ->
     """A command whose HTTP request is given up (the controller's timeout) is cancelled; the
     convergence it began goes on to the end, so the member's role says what runs."""
     Probe.leading.clear()
+    Probe.starting = asyncio.Event()
     runner = Runner(
         "a", store, data_dir=tmp_path, types={"probe": Probe}, fetch=_no_fetch,
         may_lead=lambda: True,
@@ -122,7 +127,10 @@ async def test_a_cancelled_sync_still_converges(store: Store, tmp_path: Path) ->
     try:
         await _place(store, ("a",), "a", 3)
         task = asyncio.ensure_future(runner.sync(["p/0"]))
-        await asyncio.sleep(0.005)  # inside start_leader
+        # Cancelled inside start_leader: this wakes before the start's own 10 ms timer, however
+        # loaded the machine (ready callbacks run before due timers).
+        await asyncio.wait_for(Probe.starting.wait(), timeout=10)
+        assert not task.done()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         # The convergence goes on after its caller is gone: wait for it to record a role.
@@ -130,6 +138,7 @@ async def test_a_cancelled_sync_still_converges(store: Store, tmp_path: Path) ->
         (row,) = runner.report()
         assert (row["role"], len(Probe.leading)) == ("leader", 1)
     finally:
+        Probe.starting = None
         await runner.close()
     assert Probe.leading == set()
 
