@@ -28,6 +28,10 @@ never reads a message.
     ├── CascadeError               a cascade operation could not be done (changes nothing)
     │   ├── CascadeInputError      (above: bad input, a ConfigError)
     │   ├── Refused                the set's state refuses the operation
+    │   │   ├── NoWritableRoot     the set has no live root that takes writes now (a failover
+    │   │   │                      or switchover under way): try again shortly
+    │   │   └── RootMoved          a write was refused at a node that is no longer the root;
+    │   │                          nothing was written: run the transaction again
     │   ├── NotFinished            a switchover did not finish within its timeout: run it again
     │   ├── NodeDatabaseError      a node database failed a statement (the driver's error is
     │   │   │                      its ``__cause__``)
@@ -169,6 +173,23 @@ class Refused(CascadeError):
     """The input is well formed, but the set's current state refuses the operation (a cycle, a
     dead or leaf provider, a location that is another node, no live root, ...). Nothing was
     changed."""
+
+
+class NoWritableRoot(Refused):
+    """The set has no live root that takes writes now: none is reachable and untagged (a
+    failover is due or under way), or the root is handing over (a switchover under way). A
+    writer tries again shortly; nothing was written."""
+
+
+class RootMoved(Refused):
+    """A write was refused by the safe-operations guard at a node that is no longer the set's
+    root (a switchover or failover moved it): nothing of the transaction was written. ``old``
+    and ``new`` name the nodes; running the transaction again writes it at the new root."""
+
+    def __init__(self, message: str, old: str, new: str | None) -> None:
+        super().__init__(message)
+        self.old = old
+        self.new = new
 
 
 class NotFinished(CascadeError):

@@ -43,6 +43,12 @@ NODE_TABLES = ("baton_local", "baton_node", "baton_subscriber", "baton_table")
 #: ``merged.<set>`` the last partition tick the combined set holds.
 MERGE_KEY, MERGED_KEY = "merge.", "merged."
 
+#: The SQLSTATE of a write the guard triggers refused on PostgreSQL (:meth:`NodeDB.guard`):
+#: baton's own code, so that a writer (:mod:`baton.cascade.writer`) tells it from any other
+#: error by its code alone. SQLite's guard is a ``RAISE(ABORT)`` in a trigger:
+#: ``SQLITE_CONSTRAINT_TRIGGER``.
+DENY_SQLSTATE = "BTN01"
+
 
 def split_location(location: str) -> tuple[str, str | None]:
     """(the database's location, the partition set of a merge-leaf hosted there or None):

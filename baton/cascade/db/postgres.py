@@ -64,7 +64,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from baton.cascade.codec import ExactNumber
-from baton.cascade.db.base import NodeDB, ident, node_schema, split_location
+from baton.cascade.db.base import DENY_SQLSTATE, NodeDB, ident, node_schema, split_location
 from baton.cascade.db.sqlite import TABLES
 from baton.cascade.model import ROW_TYPES, Event, Tick
 from baton.errors import (
@@ -328,11 +328,11 @@ os.register_at_fork(after_in_child=_forget_pool_in_child)
 #: The guard triggers' function: a direct write of a replicated table at a node that does not
 #: capture it is refused, unless the transaction is baton's own or an operator's who said so
 #: (``SET LOCAL baton.writer = 'on'``). Statement-level: one check per statement.
-_GUARD_FN = """
-CREATE OR REPLACE FUNCTION {schema}.baton_deny() RETURNS trigger LANGUAGE plpgsql AS $$
+_GUARD_FN = f"""
+CREATE OR REPLACE FUNCTION {{schema}}.baton_deny() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF current_setting('baton.writer', true) IS DISTINCT FROM 'on' THEN
-        RAISE EXCEPTION USING MESSAGE = TG_ARGV[0];
+        RAISE EXCEPTION USING ERRCODE = '{DENY_SQLSTATE}', MESSAGE = TG_ARGV[0];
     END IF;
     RETURN NULL;
 END
@@ -792,6 +792,15 @@ class PostgresNodeDB(NodeDB):
             ).format(t, sql.Identifier(self.schema), sql.SQL(", ").join(map(sql.Literal, pk)))
         )
 
+    def _deny_has_code(self) -> bool:
+        """Whether the guard function raises :data:`DENY_SQLSTATE` (one installed by an older
+        baton raised the generic code: the next :meth:`guard` replaces it)."""
+        found = self._one(
+            "SELECT prosrc FROM pg_proc WHERE proname = 'baton_deny' "
+            "AND pronamespace = current_schema()::regnamespace"
+        )
+        return found is not None and DENY_SQLSTATE in str(found[0])
+
     def guard(self, cur: Any, table: str, on: bool, message: str = "") -> None:
         self.columns(table)  # a table that is not there says so
         t = _name(table)
@@ -803,7 +812,11 @@ class PostgresNodeDB(NodeDB):
                 "AND c.relnamespace = current_schema()::regnamespace",
                 (table,),
             )
-            if have is not None and bytes(have[0]).rstrip(b"\x00").decode() == message:
+            if (
+                have is not None
+                and bytes(have[0]).rstrip(b"\x00").decode() == message
+                and self._deny_has_code()
+            ):
                 return  # already so
         cur.execute(sql.SQL("DROP TRIGGER IF EXISTS baton_deny ON {}").format(t))
         if not on:
