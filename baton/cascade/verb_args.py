@@ -60,6 +60,10 @@ class Check(OnNodeOption):
     table: TableName | None = Field(None, description="Only this table.")
 
 
+class RootOf(OnSet):
+    set: NodeName = positional("The set's name.")
+
+
 class Failover(OnSet):
     dead_root: NodeName = positional()
 
@@ -184,5 +188,6 @@ __all__ = [
     "RemoveTable",
     "ReplaceNode",
     "Resurrect",
+    "RootOf",
     "Switchover",
 ]

@@ -12,6 +12,7 @@ from baton.cascade.beat import Phase, ServiceState
 from baton.cascade.ddl import Executed
 from baton.cascade.handover import SwitchPlan
 from baton.cascade.node_replace import Replaced
+from baton.cascade.root import Root, RootState
 from baton.cascade.verb import Grid, OnNode, Shown
 from baton.cascade.verb_args import (
     AddSeq,
@@ -22,8 +23,10 @@ from baton.cascade.verb_args import (
     RemoveSeq,
     RemoveTable,
     Resurrect,
+    RootOf,
     Switchover,
 )
+from baton.errors import redact_url
 
 
 def _done(already: bool) -> str:
@@ -272,6 +275,18 @@ def status(args: object, r: commands.SetStatus) -> list[Shown]:
     return [*out, members_grid(r.members, f"members of {r.set_name}")]
 
 
+def root_of(args: RootOf, r: Root) -> list[Shown]:
+    """The set's root for writers: one line (its password masked), or why there is none."""
+    if r.state in (RootState.NONE, RootState.NO_SET):
+        return [r.reason]
+    assert r.location is not None
+    tick = "no tick yet" if r.tick is None else f"tick {r.tick}"
+    line = f"set {r.set_name}: root {r.node} at {redact_url(r.location)}, {tick}"
+    if r.writable:
+        return [f"{line}, writable"]
+    return [f"{line}, not writable now", r.reason]
+
+
 def checked(args: Check, r: dict[str, Any]) -> list[Shown]:
     node, provider = args.node, r["provider"]
     position, provider_position = r["position"], r["provider_position"]
@@ -317,6 +332,7 @@ __all__ = [
     "removed",
     "replaced",
     "resurrected",
+    "root_of",
     "seq_added",
     "seq_removed",
     "seqs",

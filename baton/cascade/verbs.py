@@ -19,6 +19,7 @@ from baton.cascade import commands, ddl
 from baton.cascade import verb_args as a_
 from baton.cascade import verb_shown as show
 from baton.cascade.model import Role
+from baton.cascade.root import RootState
 from baton.cascade.verb import Args, CommandLine, OnNode, OnSet, Shown, Verb
 
 
@@ -297,6 +298,17 @@ VERBS: list[Verb[Any, Any]] = [
         lambda a: commands.status(a.via),
         show.status,
         shape=lambda a, r: r.as_dict(),
+    ),
+    _read(
+        "root",
+        "Where writers of SET write now: its root, location and tick, and whether it takes "
+        "writes. Exit 1 when the set has no live root (a failover is due or under way) or the "
+        "member at --via is of another set.",
+        a_.RootOf,
+        lambda a: commands.root(a.via, a.set),
+        show.root_of,
+        shape=lambda a, r: r.as_dict(),
+        fails=lambda r: r.state in (RootState.NONE, RootState.NO_SET),
     ),
     _read(
         "members",

@@ -72,6 +72,7 @@ from baton.cascade.commands.status import (
     fkeys,
     member_dict,
     members,
+    root,
     status,
     triggers,
 )
@@ -163,6 +164,7 @@ __all__ = [
     "remove_table",
     "replace_node",
     "resurrect",
+    "root",
     "set_paused",
     "status",
     "switch_plan",

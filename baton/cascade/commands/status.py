@@ -9,9 +9,10 @@ from typing import Any
 
 from baton.cascade import node_ops, observe, schema_check
 from baton.cascade.beat import ServiceState
-from baton.cascade.commands.sets import known, open_set
+from baton.cascade.commands.sets import existing, known, open_set
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
+from baton.cascade.root import Root, locate_root
 from baton.errors import CascadeError, redact_url
 
 # -- status ------------------------------------------------------------------------------------
@@ -77,6 +78,13 @@ def status(via: str) -> SetStatus:
     c = open_set(via)
     root, watermark, found = observe.status(c)
     return SetStatus(c.set_name, root, watermark, _queue_only(found))
+
+
+def root(via: str, set_name: str) -> Root:
+    """Where writers of ``set_name`` write now (:func:`~baton.cascade.root.locate_root`),
+    found through the member at ``via``: the root, its location and tick, writable or why
+    not."""
+    return locate_root(set_name, existing(via))
 
 
 # -- check -------------------------------------------------------------------------------------
