@@ -4,9 +4,10 @@ The public API is what this module exports (``__all__``, pinned by ``tests/unit/
 and listed in ``docs/python-api.md``); everything else is internal.
 
 ``import baton`` loads the core only: errors, the store, elections and timings. The extension
-points of higher layers (:class:`Workload` and :class:`WorkloadContext` of placement, and
-:func:`register_spark`, which adds ``format("baton")`` to a SparkSession) are imported on first
-use (PEP 562), so that importing any part of baton never loads placement or anything of Spark.
+points of higher layers (:class:`Workload` and :class:`WorkloadContext` of placement,
+:func:`register_spark`, which adds ``format("baton")`` to a SparkSession, and the cascade's
+writer helpers :func:`connect_root` and :class:`RootWriter`) are imported on first use (PEP 562),
+so that importing any part of baton never loads placement, the cascade or anything of Spark.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from baton.errors import (
     NodeUnreachable,
     NotFinished,
     NotLeader,
+    NoWritableRoot,
     Refused,
+    RootMoved,
     SpecError,
     StaleEpoch,
     StoreError,
@@ -63,6 +66,7 @@ from baton.store import (
 )
 
 if TYPE_CHECKING:
+    from baton.cascade.writer import RootWriter, connect_root
     from baton.placement.workload import Workload, WorkloadContext
     from baton.spark.session import register as register_spark
 
@@ -73,6 +77,8 @@ _LAZY = {
     "Workload": ("baton.placement.workload", "Workload"),
     "WorkloadContext": ("baton.placement.workload", "WorkloadContext"),
     "register_spark": ("baton.spark.session", "register"),
+    "RootWriter": ("baton.cascade.writer", "RootWriter"),
+    "connect_root": ("baton.cascade.writer", "connect_root"),
 }
 
 
@@ -112,6 +118,7 @@ __all__ = [
     "LossReason",
     "NewLeader",
     "NewState",
+    "NoWritableRoot",
     "NodeDatabaseError",
     "NodeUnreachable",
     "NotFinished",
@@ -119,6 +126,8 @@ __all__ = [
     "Put",
     "Record",
     "Refused",
+    "RootMoved",
+    "RootWriter",
     "SpecError",
     "StaleEpoch",
     "State",
@@ -134,6 +143,7 @@ __all__ = [
     "Workload",
     "WorkloadContext",
     "__version__",
+    "connect_root",
     "open_store",
     "register_spark",
 ]

@@ -42,9 +42,12 @@ PUBLIC = [
     "NodeUnreachable",
     "NotFinished",
     "NotLeader",
+    "NoWritableRoot",
     "Put",
     "Record",
     "Refused",
+    "RootMoved",
+    "RootWriter",
     "SpecError",
     "StaleEpoch",
     "State",
@@ -60,6 +63,7 @@ PUBLIC = [
     "Workload",
     "WorkloadContext",
     "__version__",
+    "connect_root",
     "open_store",
     "register_spark",
 ]
@@ -76,9 +80,11 @@ def test_public_api_is_exactly_this() -> None:
 
 
 def test_lazy_names_are_the_real_ones() -> None:
+    from baton.cascade.writer import RootWriter, connect_root
     from baton.placement.workload import Workload, WorkloadContext
     from baton.spark.session import register
 
+    assert baton.RootWriter is RootWriter and baton.connect_root is connect_root
     assert baton.Workload is Workload
     assert baton.WorkloadContext is WorkloadContext
     assert baton.register_spark is register
