@@ -25,6 +25,7 @@ import pytest
 from baton.cascade import node_ops, observe, set_ops
 from baton.cascade.beat import Phase
 from baton.cascade.db import open_node_db
+from baton.cascade.db.base import DENY_SQLSTATE
 from baton.cascade.model import Role
 from baton.testing import free_port
 from baton.testing.cascade import served
@@ -565,9 +566,10 @@ def test_postgres_set(pg_locations: list[str]) -> None:
     assert json.loads(ok(run("status", "--json", *via))) == data
     # A direct write at the leaf is refused (it would make it differ from its provider for
     # good); an operator repairing by hand says so in the transaction.
-    refused = pytest.raises(psycopg.errors.RaiseException, match="replicated, not written here")
-    with refused, psycopg.connect(leaf) as conn:
+    refused = pytest.raises(psycopg.Error, match="replicated, not written here")
+    with refused as denied, psycopg.connect(leaf) as conn:
         conn.execute("INSERT INTO accounts VALUES (1, 1, 'only here', 0.5)")
+    assert denied.value.sqlstate == DENY_SQLSTATE  # a writer tells it by its code
     with psycopg.connect(leaf) as conn:
         conn.execute("SET LOCAL baton.writer = 'on'")
         conn.execute("INSERT INTO accounts VALUES (1, 1, 'only here', 0.5)")
