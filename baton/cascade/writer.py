@@ -31,7 +31,14 @@ from typing import Any, Self, TypeVar
 
 from baton.cascade.db.base import DENY_SQLSTATE
 from baton.cascade.root import Root, RootState, locate_root
-from baton.errors import CascadeInputError, NoWritableRoot, Refused, RootMoved, redact_url
+from baton.errors import (
+    CascadeInputError,
+    NodeUnreachable,
+    NoWritableRoot,
+    Refused,
+    RootMoved,
+    redact_url,
+)
 from baton.store import sqlite_path
 
 T = TypeVar("T")
@@ -51,6 +58,11 @@ def refused_here(exc: BaseException) -> bool:
     return getattr(exc, "sqlstate", None) == DENY_SQLSTATE
 
 
+def _one_line(exc: BaseException) -> str:
+    """A driver's message on one line, passwords in URLs shown as ``***``."""
+    return redact_url(" ".join(str(exc).split()))
+
+
 def _driver_error(exc: BaseException) -> bool:
     """Whether ``exc`` comes from the database driver (the connection may be unusable)."""
     return isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg")
@@ -61,11 +73,20 @@ def connect(location: str, timeout: float = 5.0) -> Any:
     ``postgresql://...``): :class:`sqlite3.Connection` waiting up to ``timeout`` seconds for
     a lock, or ``psycopg.Connection``."""
     if location.startswith("sqlite:"):
-        return sqlite3.connect(sqlite_path(location), timeout=timeout)
+        try:
+            return sqlite3.connect(sqlite_path(location), timeout=timeout)
+        except sqlite3.Error as exc:
+            raise NodeUnreachable(f"{location}: cannot open: {_one_line(exc)}") from exc
     if location.startswith(("postgresql:", "postgres:")):
         import psycopg
 
-        return psycopg.connect(location, connect_timeout=max(1, round(timeout)))
+        try:
+            return psycopg.connect(location, connect_timeout=max(1, round(timeout)))
+        except psycopg.Error as exc:
+            # The DSN's password stays with the driver: the message shows it as ***.
+            raise NodeUnreachable(
+                f"{redact_url(location)}: cannot connect: {_one_line(exc)}"
+            ) from exc
     raise CascadeInputError(
         f"bad node location {redact_url(location)!r}: use sqlite:///path or postgresql://..."
     )
