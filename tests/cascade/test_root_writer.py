@@ -25,7 +25,14 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.root import RootState, locate_root
 from baton.cascade.writer import RootWriter, connect_root, refused_here
-from baton.errors import CascadeInputError, NotFinished, NoWritableRoot, RootMoved
+from baton.errors import (
+    CascadeInputError,
+    NodeUnreachable,
+    NotANode,
+    NotFinished,
+    NoWritableRoot,
+    RootMoved,
+)
 from baton.local.waiting import wait_for
 from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
@@ -144,8 +151,9 @@ def tick(root: str) -> None:
         assert db.make_tick(cur) is not None
 
 
-def test_no_writable_root_and_no_such_set(lite: dict[str, str]) -> None:
+def test_no_writable_root_and_no_such_set(lite: dict[str, str], tmp_path: Path) -> None:
     s1, s2 = lite["s1"], lite["s2"]
+    sqlite3.connect(tmp_path / "plain.db").close()
     writer = RootWriter("S", via=s2, recheck=None)
     with writer.transaction() as cur:
         cur.execute("INSERT INTO accounts VALUES (1, 10)")
@@ -171,6 +179,13 @@ def test_no_writable_root_and_no_such_set(lite: dict[str, str]) -> None:
     assert "no set 'T' there" in other.reason and "is in set S" in other.reason
     with pytest.raises(CascadeInputError, match="no set 'T'"):
         connect_root("T", s1)
+
+    # Pointed at what is not a member: one line each, the password masked.
+    with pytest.raises(NotANode):
+        connect_root("S", f"sqlite://{tmp_path / 'plain.db'}")
+    with pytest.raises(NodeUnreachable) as down:
+        RootWriter("S", via="postgresql://u:pw-secret@127.0.0.1:1/db").root  # noqa: B018
+    assert "pw-secret" not in str(down.value) and "u:***@" in str(down.value)
 
     # The command line: the root and that it refuses writes now (exit 0); no such set, and no
     # live root, exit 1 with one line, nothing changed.
