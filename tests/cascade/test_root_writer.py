@@ -34,8 +34,10 @@ from baton.errors import (
     RootMoved,
 )
 from baton.local.waiting import wait_for
+from baton.node.agent import NodeAgent
 from baton.testing.cascade import served
 from baton.testing.servers import PostgresServer
+from tests.node.test_api import client, config
 from tests.test_cli import BATON
 
 ACCOUNTS = "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER NOT NULL)"
@@ -224,6 +226,18 @@ def test_after_a_failover_the_old_roots_own_list_does_not_mislead(lite: dict[str
     assert res.returncode == 1, res
     (line,) = res.stdout.splitlines()
     assert line.startswith("set S has no live root") and "tagged dead: s1, s2" in line
+
+
+async def test_the_api_route(lite: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    async with client(NodeAgent(config(tmp_path / "agent", "a"))) as c:
+        res = await c.get("/v1/cascade/root", params={"set": "S", "via": lite["s2"]})
+        assert res.status_code == 200, res.text
+        assert res.json() == {"set": "S", "state": "writable", "root": "s1",
+                              "location": lite["s1"], "tick": 1, "writable": True,
+                              "reason": ""}  # fmt: skip
+        res = await c.get("/v1/cascade/root", params={"set": "T", "via": lite["s2"]})
+        assert (res.status_code, res.json()["state"]) == (200, "no-set")
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------
