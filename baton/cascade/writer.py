@@ -212,6 +212,9 @@ class RootWriter:
             if _driver_error(exc):
                 self._drop()  # perhaps the root is gone: the next transaction looks again
             raise
+        finally:
+            with contextlib.suppress(Exception):
+                cur.close()
 
     def run(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` in one transaction at the root; when the root moved (the old one
