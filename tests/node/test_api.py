@@ -166,7 +166,7 @@ def test_openapi_matches_the_routes(tmp_path: Path) -> None:
     assert {r for r in documented if r[1].startswith("/v1/cascade/")} == {
         (m, "/v1/cascade/" + name)
         for m, names in {
-            "GET": "candidates check fkeys members missing seqs status tables triggers",
+            "GET": "candidates check fkeys members missing root seqs status tables triggers",
             "POST": "add-table change-provider create-branch create-leaf create-root emit failover "
             "pause remove-table resume resurrect switchover tag-alive tag-dead create-node "
             "add-seq remove-seq execute node-switchover node-failover",

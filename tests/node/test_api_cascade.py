@@ -405,7 +405,7 @@ ROUTES = {
     ("POST", "failover"), ("POST", "resurrect"), ("GET", "status"), ("GET", "members"),
     ("GET", "check"), ("POST", "create-node"), ("POST", "add-seq"), ("POST", "remove-seq"),
     ("GET", "seqs"), ("GET", "fkeys"), ("GET", "triggers"), ("POST", "execute"),
-    ("POST", "node-switchover"), ("POST", "node-failover"),
+    ("POST", "node-switchover"), ("POST", "node-failover"), ("GET", "root"),
 }  # fmt: skip
 
 

@@ -26,7 +26,7 @@ CASCADE = {
     "POST /v1/cascade/tag-dead", "POST /v1/cascade/create-node", "POST /v1/cascade/add-seq",
     "POST /v1/cascade/remove-seq", "GET /v1/cascade/seqs", "GET /v1/cascade/fkeys",
     "GET /v1/cascade/triggers", "POST /v1/cascade/execute", "POST /v1/cascade/node-switchover",
-    "POST /v1/cascade/node-failover",
+    "POST /v1/cascade/node-failover", "GET /v1/cascade/root",
 }  # fmt: skip
 
 
