@@ -14,8 +14,10 @@ command -v faketime >/dev/null 2>&1 || need+=(faketime)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 # Java for Spark (the data pipeline runs on PySpark, which starts a JVM).
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# etcd: the conformance suite runs the etcd store against a real server (and the benchmarks
+# compare baton with etcd's own election API).
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
-  command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
   # The store-failover benchmark's reference: Redis Sentinel.
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
   # The cascade benchmark's references: Londiste 3 + PgQ, and a plain Spark JDBC write.
@@ -37,6 +39,7 @@ if [ ${#need[@]} -gt 0 ]; then
   (service redis-server stop || true) >/dev/null 2>&1
   (service redis-sentinel stop || true) >/dev/null 2>&1
   (service postgresql stop || true) >/dev/null 2>&1
+  (service etcd stop || true) >/dev/null 2>&1
 fi
 
 PY=${PYTHON:-python3}

@@ -1,5 +1,7 @@
-"""Session fixtures: real Redis and PostgreSQL servers on free loopback ports, SQLite in a temp
-dir, and a ``store_url`` parametrised over the three backends with a fresh namespace per test."""
+"""Session fixtures: real Redis, PostgreSQL and etcd servers on free loopback ports, SQLite in a
+temp dir, and a ``backend`` parametrised over the three backends the whole suite runs on, with a
+fresh namespace per test. etcd is the fourth backend of the conformance suite only
+(``tests/conformance/test_store.py`` widens ``backend`` to it), which keeps the suite's time."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pytest
 
 from baton.spark.class_archive import ENV_ARCHIVE
 from baton.store import Store, open_store
-from baton.testing.servers import PostgresServer, RedisServer
+from baton.testing.servers import EtcdServer, PostgresServer, RedisServer
 
 BACKENDS = ("sqlite", "redis", "postgres")
 
@@ -35,6 +37,12 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         yield server
 
 
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    with EtcdServer(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
 class Backend:
     """One backend under test: its URL (fresh namespace) and how to restart its server."""
 
@@ -43,7 +51,7 @@ class Backend:
         name: str,
         url: str,
         restart: Callable[[], None],
-        server: RedisServer | PostgresServer | None,
+        server: RedisServer | PostgresServer | EtcdServer | None,
     ) -> None:
         self.name = name
         self.url = url
@@ -56,6 +64,11 @@ class Backend:
 
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend(request, tmp_path)
+
+
+def make_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """The backend ``request.param`` names, in a fresh namespace."""
     ns = "t" + uuid.uuid4().hex[:12]
     name = str(request.param)
     if name == "sqlite":
@@ -70,6 +83,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     if name == "redis":
         redis: RedisServer = request.getfixturevalue("redis_server")
         return Backend(name, f"{redis.url}?namespace={ns}", redis.restart, redis)
+    if name == "etcd":
+        etcd: EtcdServer = request.getfixturevalue("etcd_server")
+        return Backend(name, f"{etcd.store_url}?namespace={ns}", etcd.lose_data, etcd)
     pg: PostgresServer = request.getfixturevalue("postgres_server")
     return Backend(name, f"{pg.url}?namespace={ns}", pg.restart, pg)
 

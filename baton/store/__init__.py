@@ -10,6 +10,9 @@
                                        :mod:`baton.store.master_file`; ``?db=N&password=``)
 ``postgresql://user@host:port/db``     PostgreSQL 13+ (``clock_timestamp()``,
                                        LISTEN/NOTIFY)
+``etcd://host:port[,host:port]/prefix`` etcd 3.4+ through its JSON gateway (``etcds://``
+                                       for TLS, ``user:password@`` before the hosts,
+                                       ``?cacert=/path/ca.pem``)
 =====================================  ==================================================
 
 Every URL accepts ``?namespace=NAME`` (default ``baton``): independent clusters can share one
@@ -52,7 +55,9 @@ from baton.store.base import (
 )
 
 _NAMESPACE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
-SCHEMES = ("sqlite", "redis", "rediss", "redis+masterfile", "postgresql", "postgres")
+SCHEMES = (
+    "sqlite", "redis", "rediss", "redis+masterfile", "postgresql", "postgres", "etcd", "etcds",
+)  # fmt: skip
 
 
 def _split_options(url: str) -> tuple[str, str]:
@@ -83,13 +88,14 @@ def open_store(url: str) -> Store:
     if not isinstance(url, str) or ("://" not in url and not url.startswith("sqlite:")):
         raise ConfigError(
             f"bad store URL {redact_url(str(url))!r}: expected sqlite:///path/file.db, "
-            "redis://host:port/db or postgresql://user@host:port/dbname"
+            "redis://host:port/db, postgresql://user@host:port/dbname or "
+            "etcd://host:port/prefix"
         )
     scheme = url.split(":", 1)[0].lower()
     if scheme not in SCHEMES:
         raise ConfigError(
-            f"unsupported store URL scheme {scheme!r} in {redact_url(url)!r}: use sqlite, redis "
-            "or postgresql"
+            f"unsupported store URL scheme {scheme!r} in {redact_url(url)!r}: use sqlite, redis, "
+            "postgresql or etcd"
         )
     base_url, namespace = _split_options(url)
     if scheme == "sqlite":
@@ -109,6 +115,11 @@ def open_store(url: str) -> Store:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ConfigError("the Redis store needs redis-py: pip install 'baton[redis]'") from exc
         return RedisStore(base_url, namespace=namespace)
+    if scheme in ("etcd", "etcds"):
+        # httpx is a dependency of baton itself: no extra to install.
+        from baton.store.etcd import EtcdStore
+
+        return EtcdStore(base_url, namespace=namespace)
     try:
         from baton.store.postgres import PostgresStore
     except ImportError as exc:  # pragma: no cover - depends on the install

@@ -79,8 +79,9 @@ class RedisServer(Proc):
 
 
 class EtcdServer(Proc):
-    """A one-node ``etcd`` on free loopback ports with its data in ``directory``: the reference
-    the benchmarks compare baton with. ``url`` is also its JSON gateway (``/v3/...``)."""
+    """A one-node ``etcd`` on free loopback ports with its data in ``directory``: a store for
+    baton's etcd backend (:attr:`store_url`) and the reference the benchmarks compare baton
+    with. ``url`` is also its JSON gateway (``/v3/...``)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
@@ -91,6 +92,10 @@ class EtcdServer(Proc):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def store_url(self) -> str:
+        return f"etcd://127.0.0.1:{self.client_port}/baton"
 
     def start(self) -> Self:
         exe = shutil.which("etcd")
@@ -112,6 +117,13 @@ class EtcdServer(Proc):
         super().start()
         self.wait_ready(self._healthy, 15, f"etcd to be healthy on {self.url}")
         return self
+
+    def lose_data(self) -> None:
+        """Stop the server, delete its data and start it again: a cluster restored from
+        nothing, the worst restart there is (baton's epochs must still only grow)."""
+        self.stop()
+        shutil.rmtree(self.directory / "data", ignore_errors=True)
+        self.start()
 
     def _healthy(self) -> bool:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,13 @@ from baton.store import (
 )
 from baton.store.base import make_position, parse_position
 from baton.testing import await_for, free_port
-from tests.conftest import Backend
+from tests.conftest import BACKENDS, Backend, make_backend
+
+
+@pytest.fixture(params=(*BACKENDS, "etcd"))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """The suite's backends, and etcd: it runs this suite only, to keep the whole suite fast."""
+    return make_backend(request, tmp_path)
 
 
 async def next_changes(it: AsyncIterator[Change], n: int, timeout: float = 10.0) -> list[Change]:
@@ -439,6 +446,8 @@ async def test_unreachable_server_is_a_store_error(backend: Backend) -> None:
         bad = open_store("sqlite:///nonexistent-dir/for/sure/x.db")
     elif backend.name == "redis":
         bad = open_store(f"redis://127.0.0.1:{free_port()}/0")
+    elif backend.name == "etcd":
+        bad = open_store(f"etcd://127.0.0.1:{free_port()}/baton")
     else:
         bad = open_store(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres")
     with pytest.raises(StoreError):

@@ -1,0 +1,389 @@
+"""etcd's v3 JSON gateway through httpx: endpoints, credentials, errors, and the server's clock.
+
+:class:`Gateway` is the one place the etcd backend (:mod:`baton.store.etcd`) talks HTTP. It
+posts to ``/v3/...`` on the first member of the URL that answers, moves to the next member when
+one cannot be reached, logs in with a user and password when the URL has them (and again when
+the token expires), and translates every failure once into baton's error tree, naming the
+endpoint and what to check.
+
+The server's clock
+------------------
+etcd has no clock API, yet baton judges lease expiry by the *store's* clock. Every answer of the
+gateway carries an HTTP ``Date`` header written by the member as it answers, with one-second
+resolution. :class:`ServerClock` turns those into a clock with millisecond precision: an answer
+stamped second ``D`` that was sent at local monotonic time ``t0`` and received at ``t1`` proves
+``D - t1 <= offset < D + 1 - t0`` for ``offset = server time - local monotonic time``. Each
+answer narrows that interval, and answers that straddle a second boundary narrow it to about a
+round trip; :meth:`Gateway.calibrate` sends a few cheap probes spread over one second to get
+there soon after connecting. The clock reads the **lower bound** of the interval: it never runs
+ahead of the member's clock, so no client judges a lease expired before the server's clock has
+passed its expiry, whatever its own clock says. It never goes backwards within one client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import email.utils
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import parse_qs, unquote
+
+import httpx
+
+from baton.errors import ConfigError, StoreError, StoreTimeout, StoreUnavailable
+
+#: Seconds to connect to a member, and to wait for any one answer.
+CONNECT_TIMEOUT: Final = 5.0
+REQUEST_TIMEOUT: Final = 5.0
+#: Concurrent requests per store; more wait for a free connection.
+MAX_CONNECTIONS: Final = 64
+#: The oldest etcd whose gateway serves ``/v3/`` (3.3 had ``/v3beta``, 3.2 ``/v3alpha``).
+MIN_VERSION: Final = (3, 4)
+#: Probes of :meth:`Gateway.calibrate`, spread over one second.
+CALIBRATION_PROBES: Final = 40
+
+JSON = dict[str, Any]
+
+
+def b64(data: str | bytes) -> str:
+    """etcd's gateway carries keys and values as base64 text."""
+    raw = data.encode() if isinstance(data, str) else data
+    return base64.b64encode(raw).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def prefix_end(prefix: str) -> str:
+    """The ``range_end`` that makes a range cover every key starting with ``prefix``: the prefix
+    with its last byte incremented (etcd's own ``clientv3.GetPrefixRangeEnd``)."""
+    raw = bytearray(prefix.encode())
+    while raw and raw[-1] == 0xFF:
+        raw.pop()
+    if not raw:
+        return b64(b"\0")
+    raw[-1] += 1
+    return b64(bytes(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What an ``etcd://`` URL names: members, key prefix, credentials and TLS options."""
+
+    endpoints: tuple[str, ...]
+    prefix: str
+    user: str | None = None
+    password: str | None = None
+    cacert: str | None = None
+
+    @property
+    def display(self) -> str:
+        """The URL without its password, fit for messages."""
+        user = f"{self.user}:***@" if self.user else ""
+        hosts = ",".join(e.split("://", 1)[1] for e in self.endpoints)
+        scheme = "etcds" if self.endpoints[0].startswith("https") else "etcd"
+        return f"{scheme}://{user}{hosts}{self.prefix}"
+
+
+def parse_url(url: str) -> Target:
+    """Parse ``etcd://[user:password@]host:port[,host:port...]/prefix`` (``etcds://`` for TLS,
+    with ``?cacert=/path/ca.pem`` to trust a private CA). A bad URL is a :class:`ConfigError`."""
+    scheme, _, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    hosts_part, slash, path = rest.partition("/")
+    user = password = None
+    if "@" in hosts_part:
+        cred, _, hosts_part = hosts_part.rpartition("@")
+        user, _, pw = cred.partition(":")
+        user, password = unquote(user) or None, unquote(pw) if pw else None
+    hint = "expected etcd://[user:password@]host:port[,host:port...]/prefix"
+    endpoints: list[str] = []
+    http = "https" if scheme.lower() == "etcds" else "http"
+    for host in hosts_part.split(","):
+        name, colon, port = host.rpartition(":")
+        if not colon or not name or not port.isdigit() or not 0 < int(port) < 65536:
+            shown = f"{scheme}://{hosts_part}/{path}"
+            raise ConfigError(f"bad etcd URL {shown!r}: bad member {host!r}; {hint}")
+        endpoints.append(f"{http}://{name}:{port}")
+    prefix = "/" + path.strip("/") if slash and path.strip("/") else "/baton"
+    if not prefix.isprintable() or len(prefix) > 256:
+        raise ConfigError(f"bad etcd key prefix {prefix!r}: use up to 256 printable characters")
+    options = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"cacert"})
+    if unknown:
+        raise ConfigError(
+            f"unknown option {unknown[0]!r} in etcd URL: the options are cacert= (and namespace=)"
+        )
+    cacert = options["cacert"][-1] if "cacert" in options else None
+    return Target(tuple(endpoints), prefix, user, password, cacert)
+
+
+def check_version(endpoint: str, answer: object) -> None:
+    """Refuse a server whose ``/version`` answer is not etcd 3.4 or later."""
+    found = answer.get("etcdserver") if isinstance(answer, dict) else None
+    parts = str(found).split(".") if found else []
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        raise StoreUnavailable(
+            f"{endpoint} is not an etcd server (its /version answered {answer!r}); check the "
+            "host and the client port (usually 2379) in the store URL"
+        )
+    if (int(parts[0]), int(parts[1])) < MIN_VERSION:
+        raise StoreUnavailable(
+            f"etcd at {endpoint} is version {found}: baton needs etcd 3.4 or later (its v3 "
+            "API); upgrade the cluster or point the store URL at a newer one"
+        )
+
+
+class ServerClock:
+    """The member's wall clock, learned from the ``Date`` headers of its answers (see the module
+    docstring). Times are float seconds since the Unix epoch."""
+
+    def __init__(self) -> None:
+        self._lo = -float("inf")
+        self._hi = float("inf")
+        self._last = 0.0
+
+    @property
+    def uncertainty(self) -> float:
+        return self._hi - self._lo
+
+    def observe(self, sent: float, received: float, date: str | None) -> None:
+        """Narrow the offset with one answer sent and received at local monotonic times."""
+        if not date:
+            return
+        try:
+            stamp = email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            return
+        lo, hi = stamp - received, stamp + 1 - sent
+        if lo > self._hi or hi < self._lo:
+            # The member's clock was stepped, or another member with another clock answers:
+            # start again from this answer.
+            self._lo, self._hi = lo, hi
+            return
+        self._lo, self._hi = max(self._lo, lo), min(self._hi, hi)
+
+    def now(self) -> float:
+        if self._lo == -float("inf"):
+            raise StoreUnavailable("no answer from etcd yet: connect the store first")
+        self._last = max(self._last, time.monotonic() + self._lo)
+        return self._last
+
+
+class Gateway:
+    """HTTP to the members of one etcd cluster (see the module docstring)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.clock = ServerClock()
+        self._current = 0
+        self._token: str | None = None
+        verify: Any = target.cacert if target.cacert else True
+        timeout = httpx.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT)
+        limits = httpx.Limits(max_connections=MAX_CONNECTIONS)
+        self._client = httpx.AsyncClient(timeout=timeout, limits=limits, verify=verify)
+        # Watches hold their connection for as long as they watch: a pool of their own, so that
+        # they never starve requests.
+        self._watch_client = httpx.AsyncClient(
+            timeout=httpx.Timeout(CONNECT_TIMEOUT, read=None),
+            limits=httpx.Limits(max_connections=None),
+            verify=verify,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self.target.endpoints[self._current]
+
+    async def aclose(self) -> None:
+        for client in (self._client, self._watch_client):
+            with contextlib.suppress(httpx.HTTPError, OSError):
+                await client.aclose()
+
+    # -- connecting ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Find a member that answers, check it is etcd 3.4+, and log in if the URL says so."""
+        errors: list[str] = []
+        for i, endpoint in enumerate(self.target.endpoints):
+            try:
+                res = await self._send(self._client, "GET", f"{endpoint}/version", None, {})
+            except httpx.TransportError as exc:
+                errors.append(f"{endpoint}: {type(exc).__name__}")
+                continue
+            try:
+                answer = res.json()
+            except ValueError:
+                answer = res.text[:80]
+            check_version(endpoint, answer)
+            self._current = i
+            break
+        else:
+            raise StoreUnavailable(
+                f"etcd store {self.target.display} unreachable ({'; '.join(errors)}): check "
+                "that etcd runs there and that the URL names its client port (usually 2379)"
+            )
+        if self.target.user:
+            await self._login()
+
+    async def _login(self) -> None:
+        body = {"name": self.target.user, "password": self.target.password or ""}
+        self._token = None
+        answer = await self.post("/v3/auth/authenticate", body, idempotent=True, login=True)
+        token = answer.get("token")
+        if not isinstance(token, str) or not token:
+            raise StoreUnavailable(
+                f"etcd store {self.target.display} did not log user {self.target.user!r} in: "
+                "check that authentication is enabled (etcdctl auth enable) or drop the user "
+                "from the URL"
+            )
+        self._token = token
+
+    async def calibrate(self) -> None:
+        """Narrow the clock with probes spread over one second (one of them straddles the
+        member's next second boundary). Cheap: ``/version`` is served without consensus."""
+        step = 1.0 / CALIBRATION_PROBES
+        for _ in range(CALIBRATION_PROBES):
+            with contextlib.suppress(StoreError):
+                await self.request("GET", "/version", None)
+            await asyncio.sleep(step)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        body: JSON | None,
+        headers: Mapping[str, str],
+    ) -> httpx.Response:
+        sent = time.monotonic()
+        res = await client.request(method, url, json=body, headers=headers)
+        self.clock.observe(sent, time.monotonic(), res.headers.get("date"))
+        return res
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token else {}
+
+    async def request(self, method: str, path: str, body: JSON | None) -> httpx.Response:
+        return await self._send(
+            self._client, method, f"{self.endpoint}{path}", body, self._headers()
+        )
+
+    async def post(self, path: str, body: JSON, *, idempotent: bool, login: bool = False) -> JSON:
+        """POST ``body`` to ``path`` and return the JSON answer. A request that never reached a
+        member moves on to the next one; one that may have been applied is retried only when
+        ``idempotent``."""
+        tries = len(self.target.endpoints) + 1
+        for attempt in range(tries):
+            try:
+                res = await self.request("POST", path, body)
+            except httpx.ConnectError as exc:
+                self._current = (self._current + 1) % len(self.target.endpoints)
+                if attempt + 1 < tries:
+                    continue
+                raise self.error(path, exc) from exc
+            except httpx.TransportError as exc:
+                if idempotent and attempt + 1 < tries:
+                    continue
+                raise self.error(path, exc) from exc
+            if res.status_code == 200:
+                answer: JSON = res.json()
+                return answer
+            detail = self._detail(res)
+            if "invalid auth token" in detail and not login and self.target.user:
+                await self._login()  # the token expired: a refused request was not applied
+                continue
+            raise self.refused(path, detail)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _detail(res: httpx.Response) -> str:
+        try:
+            answer = res.json()
+        except ValueError:
+            return f"HTTP {res.status_code} {res.text[:120]}"
+        if isinstance(answer, dict):
+            return str(answer.get("error") or answer.get("message") or answer)
+        return str(answer)
+
+    def error(self, what: str, exc: httpx.HTTPError) -> StoreError:
+        """Translate a transport failure (the one place httpx errors become baton's)."""
+        name = type(exc).__name__
+        if isinstance(exc, httpx.TimeoutException):
+            return StoreTimeout(
+                f"etcd store {self.target.display} did not answer {what} in time ({name} from "
+                f"{self.endpoint}); check the cluster's load and the network"
+            )
+        return StoreUnavailable(
+            f"etcd store {self.target.display} unreachable during {what} ({name} from "
+            f"{self.endpoint}): check that etcd runs and is reachable"
+        )
+
+    def refused(self, what: str, detail: str) -> StoreError:
+        """Translate an error the member answered with."""
+        where = f"etcd store {self.target.display} ({self.endpoint})"
+        low = detail.lower()
+        if "authentication failed" in low or "user name not found" in low:
+            return StoreUnavailable(
+                f"{where} refused the credentials of user {self.target.user!r}: check the user "
+                "and password in the store URL"
+            )
+        if "user name is empty" in low or "invalid auth token" in low:
+            return StoreUnavailable(
+                f"{where} requires a login: put user:password@ before the host in the store URL"
+            )
+        if "permission denied" in low:
+            return StoreUnavailable(
+                f"{where} denied {what} to user {self.target.user!r}: grant its role read and "
+                f"write on the prefix {self.target.prefix!r}"
+            )
+        if "timed out" in low or "leader" in low:
+            return StoreTimeout(f"{where} could not commit {what}: {detail}; retry")
+        return StoreUnavailable(f"{where} refused {what}: {detail}")
+
+    # -- watching ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def watch_lines(self, create: JSON) -> AsyncIterator[AsyncIterator[str]]:
+        """Open a watch stream and yield its lines; the first is the ``created`` answer."""
+        url = f"{self.endpoint}/v3/watch"
+        body = {"create_request": create}
+        try:
+            async with self._watch_client.stream(
+                "POST", url, json=body, headers=self._headers()
+            ) as res:
+                if res.status_code != 200:
+                    await res.aread()
+                    raise self.refused("watch", self._detail(res))
+                yield res.aiter_lines()
+        except httpx.HTTPError as exc:
+            raise self.error("watch", exc) from exc
+
+
+def txn_ops(ops: Sequence[JSON]) -> list[JSON]:
+    """Check the size of one branch of a transaction (etcd's default ``--max-txn-ops``)."""
+    if len(ops) > 128:
+        raise ConfigError(
+            f"an etcd transaction takes at most 128 operations, not {len(ops)}: write fewer "
+            "keys at once"
+        )
+    return list(ops)
+
+
+__all__ = [
+    "Gateway",
+    "ServerClock",
+    "Target",
+    "b64",
+    "check_version",
+    "parse_url",
+    "prefix_end",
+    "txn_ops",
+    "unb64",
+]
