@@ -26,6 +26,7 @@ import asyncio
 import base64
 import contextlib
 import email.utils
+import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from urllib.parse import parse_qs, unquote
 import httpx
 
 from baton.errors import ConfigError, StoreError, StoreTimeout, StoreUnavailable
+from baton.store.base import FeedListener
 
 #: Seconds to connect to a member, and to wait for any one answer.
 CONNECT_TIMEOUT: Final = 5.0
@@ -366,6 +368,68 @@ class Gateway:
             raise self.error("watch", exc) from exc
 
 
+class KeyWatch(FeedListener):
+    """Wakes a change-feed watcher when etcd reports a write of one key (the store's revision
+    counter, written by every change)."""
+
+    def __init__(self, gateway: Gateway, key: str) -> None:
+        self._gateway = gateway
+        self._key = key
+        self._woken = asyncio.Event()
+        self._failure: StoreError | None = None
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Open the watch and return once etcd confirmed it: no later write can be missed."""
+        self._task = asyncio.ensure_future(self._run())
+        ready = asyncio.ensure_future(self._ready.wait())
+        await asyncio.wait([ready, self._task], return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._failure is not None:
+            raise self._failure
+        if not self._ready.is_set():
+            raise self._broken("closed the watch at once")
+
+    def _broken(self, what: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"etcd store {self._gateway.target.display} ({self._gateway.endpoint}) {what}; "
+            "check that the cluster is up"
+        )
+
+    async def _run(self) -> None:
+        try:
+            async with self._gateway.watch_lines({"key": b64(self._key)}) as lines:
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    result = json.loads(line).get("result", {})
+                    if result.get("created"):
+                        self._ready.set()
+                    if result.get("events") or result.get("canceled"):
+                        self._woken.set()
+            raise self._broken("ended the watch stream")
+        except StoreError as exc:
+            self._failure = exc
+        except (ValueError, OSError) as exc:
+            self._failure = self._broken(f"broke the watch stream ({exc})")
+        self._woken.set()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._woken.wait()
+        self._woken.clear()
+        if self._failure is not None:
+            raise self._failure
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StoreError):
+                await self._task
+
+
 def txn_ops(ops: Sequence[JSON]) -> list[JSON]:
     """Check the size of one branch of a transaction (etcd's default ``--max-txn-ops``)."""
     if len(ops) > 128:
@@ -378,6 +442,7 @@ def txn_ops(ops: Sequence[JSON]) -> list[JSON]:
 
 __all__ = [
     "Gateway",
+    "KeyWatch",
     "ServerClock",
     "Target",
     "b64",

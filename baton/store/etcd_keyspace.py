@@ -1,0 +1,281 @@
+"""The etcd store's keyspace (:mod:`baton.store.etcd`): where its keys live, how values are
+encoded, and :class:`Keyspace`, its optimistic read-then-commit transactions.
+
+Every operation reads what it needs in one read-only transaction (:meth:`Keyspace.read`),
+decides, and writes in one transaction (:meth:`Keyspace.commit`) that compares the
+``mod_revision`` of every key it read: when anything it read changed meanwhile, nothing is written
+and the operation starts again from the read. A write that logs changes also compares the
+revision counter, so changes commit one at a time, in the order of their revisions, each with its
+log entry in the same etcd transaction.
+
+Keys under ``<prefix>/<namespace>/``:
+
+=====================  ======================================================================
+``inc``                random id of this data set (the incarnation of every position)
+``rev``                the revision counter, decimal
+``floor``              the lowest revision the log still holds
+``log/<revision>``     one change, JSON; revisions zero-padded to 20 digits so keys sort
+``lease/<name>``       ``holder\\nepoch`` of a held lease (until its expiry is logged)
+``exp/<name>``         ``<expiry us, 20 digits> <ttl us>``: byte order is expiry order, so
+                       etcd sorts leases by expiry and compares them against the clock
+``epoch/<name>``       the last epoch granted for the name; never deleted
+``counter/<name>``     the last epoch of an epoch counter; never deleted
+``lapse/<name>``       ``<at us> <ttl us>`` of a lease that stopped being held
+``handover/<name>``    ``successor\\nuntil us`` of a lease released to a named successor
+``rec/<key>``          a record: its version, 20 digits, then the value's bytes
+=====================  ======================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from baton.errors import ConfigError, StoreUnavailable
+from baton.store.base import Change, ChangeKind, Record, make_position
+from baton.store.etcd_gateway import JSON, Gateway, b64, prefix_end, txn_ops, unb64
+
+#: Changes kept in the log; older ones are deleted every ``TRIM_EVERY`` revisions.
+LOG_LIMIT: Final = 100_000
+TRIM_EVERY: Final = 1000
+#: Keys read per read-only transaction (etcd's default ``--max-txn-ops`` is 128).
+READ_CHUNK: Final = 120
+#: Attempts of one operation that keeps losing to concurrent writers before giving up.
+MAX_ATTEMPTS: Final = 200
+MARKER_VALUE: Final = b"baton coordination store"
+
+
+@dataclass(slots=True)
+class View:
+    """One consistent read: the counter, the incarnation and the keys asked for."""
+
+    rev: int = 0
+    inc: str | None = None
+    values: dict[str, bytes] = field(default_factory=dict)
+    #: ``mod_revision`` of every key read, 0 when absent: what the write compares.
+    mods: dict[str, int] = field(default_factory=dict)
+    ranges: list[list[tuple[str, bytes]]] = field(default_factory=list)
+
+
+class Keyspace:
+    """One namespace of a store: its keys under ``root`` and its transactions."""
+
+    def __init__(self, root: str, log_limit: int, url: str) -> None:
+        if log_limit < 1:
+            raise ConfigError(f"bad log_limit {log_limit!r}: keep at least 1 change-log entry")
+        self.root = root
+        self.log_limit = log_limit
+        self.url = url
+        self.gateway: Gateway | None = None
+
+    def key(self, *parts: str) -> str:
+        return self.root + "/".join(parts)
+
+    def gw(self) -> Gateway:
+        if self.gateway is None:
+            raise StoreUnavailable(
+                f"etcd store {self.url} is not connected: call connect() or use 'async with'"
+            )
+        return self.gateway
+
+    async def read(self, keys: Sequence[str] = (), ranges: Sequence[JSON] = ()) -> View:
+        """Read the counter, the incarnation, ``keys`` and ``ranges`` at one etcd revision."""
+        wanted = [self.key("rev"), self.key("inc"), *dict.fromkeys(keys)]
+        if len(wanted) + len(ranges) > READ_CHUNK:
+            raise ConfigError(
+                f"an etcd store operation may read at most {READ_CHUNK} keys, not "
+                f"{len(wanted) + len(ranges)}: split it"
+            )
+        ops = [{"request_range": {"key": b64(k)}} for k in wanted]
+        ops += [{"request_range": r} for r in ranges]
+        res = await self.gw().post("/v3/kv/txn", {"success": ops}, idempotent=True)
+        view = View()
+        answers = res.get("responses", [])
+        for key, answer in zip(wanted, answers, strict=False):
+            kvs = answer.get("response_range", {}).get("kvs", [])
+            view.mods[key] = int(kvs[0].get("mod_revision", 0)) if kvs else 0
+            if kvs:
+                view.values[key] = unb64(kvs[0].get("value"))
+        for answer in answers[len(wanted) :]:
+            kvs = answer.get("response_range", {}).get("kvs", [])
+            view.ranges.append([(unb64(kv["key"]).decode(), unb64(kv.get("value"))) for kv in kvs])
+        raw_rev = view.values.get(self.key("rev"))
+        view.rev = int(raw_rev) if raw_rev else 0
+        raw_inc = view.values.get(self.key("inc"))
+        view.inc = raw_inc.decode() if raw_inc else None
+        return view
+
+    async def incarnated(self, ranges: Sequence[JSON] = ()) -> View:
+        """A read that also creates the incarnation of a fresh (or emptied) store."""
+        view = await self.read(ranges=ranges)
+        if view.inc is None:
+            inc = self.key("inc")
+            await self.gw().post(
+                "/v3/kv/txn",
+                {"compare": [absent(inc)], "success": [put(inc, secrets.token_hex(8))]},
+                idempotent=True,
+            )
+            view = await self.read(ranges=ranges)
+        return view
+
+    async def commit(
+        self,
+        view: View,
+        writes: Sequence[JSON],
+        changes: Sequence[JSON] = (),
+        compares: Sequence[JSON] = (),
+    ) -> bool:
+        """Write ``writes`` and log ``changes`` (revisions ``view.rev + 1...``) if nothing
+        ``view`` read changed meanwhile. Returns whether it was written. The incarnation is
+        created by any write that finds none (a store that lost its data)."""
+        counter = self.key("rev")
+        cmp = [mod_is(k, m) for k, m in view.mods.items() if changes or k != counter]
+        cmp += compares
+        ops = list(writes)
+        if view.inc is None:
+            ops.append(put(self.key("inc"), secrets.token_hex(8)))
+        if changes:
+            rev = view.rev
+            for entry in changes:
+                rev += 1
+                ops.append(put(self.key("log", pad(rev)), json.dumps(entry)))
+            ops.append(put(counter, str(rev)))
+            if rev // TRIM_EVERY > view.rev // TRIM_EVERY and rev > self.log_limit:
+                floor = rev - self.log_limit + 1
+                low, high = self.key("log", pad(0)), self.key("log", pad(floor))
+                ops.append({"request_delete_range": {"key": b64(low), "range_end": b64(high)}})
+                ops.append(put(self.key("floor"), str(floor)))
+        body = {"compare": txn_ops(cmp), "success": txn_ops(ops)}
+        res = await self.gw().post("/v3/kv/txn", body, idempotent=False)
+        return bool(res.get("succeeded"))
+
+    async def retry_pause(self, attempt: int) -> None:
+        """Another writer won the race: let it finish before reading again."""
+        if attempt >= MAX_ATTEMPTS - 1:
+            raise StoreUnavailable(
+                f"etcd store {self.url}: gave up after {MAX_ATTEMPTS} attempts lost to "
+                "concurrent writers; retry later"
+            )
+        await asyncio.sleep(0.001 * min(attempt, 20) * secrets.randbelow(100) / 100)
+
+
+async def claim_prefix(gw: Gateway, prefix: str) -> None:
+    """Refuse a key prefix that holds keys that are not baton's; mark an empty one as baton's
+    (the marker ``<prefix>/.baton``). Writes nothing when it refuses."""
+    marker = prefix + "/.baton"
+    got = await gw.post("/v3/kv/range", {"key": b64(marker)}, idempotent=True)
+    if got.get("kvs"):
+        return
+    some = await gw.post(
+        "/v3/kv/range", {**key_range(prefix + "/"), "limit": 1, "keys_only": True}, idempotent=True
+    )
+    if some.get("kvs"):
+        found = unb64(some["kvs"][0]["key"]).decode(errors="replace")
+        raise ConfigError(
+            f"etcd store {gw.target.display}: the prefix {prefix!r} holds keys that are not "
+            f"baton's (for example {found!r}); check the prefix in the store URL"
+        )
+    await gw.post(
+        "/v3/kv/txn",
+        {"compare": [absent(marker)], "success": [put(marker, MARKER_VALUE)]},
+        idempotent=True,
+    )
+
+
+def pad(n: int) -> str:
+    """Revisions and times zero-padded to 20 digits: byte order is numeric order."""
+    return f"{n:020d}"
+
+
+def put(key: str, value: str | bytes) -> JSON:
+    return {"request_put": {"key": b64(key), "value": b64(value)}}
+
+
+def delete(key: str) -> JSON:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def key_range(prefix: str) -> JSON:
+    return {"key": b64(prefix), "range_end": prefix_end(prefix)}
+
+
+def mod_is(key: str, mod: int) -> JSON:
+    return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": str(mod)}
+
+
+def absent(key: str) -> JSON:
+    return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+
+
+def value_is(key: str, value: str) -> JSON:
+    return {"key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(value)}
+
+
+def value_above(key: str, value: str) -> JSON:
+    return {"key": b64(key), "target": "VALUE", "result": "GREATER", "value": b64(value)}
+
+
+def exp(raw: bytes | None) -> tuple[int, int]:
+    """``(expiry us, ttl us)`` of an ``exp/`` value; a missing one counts as long expired."""
+    if not raw:
+        return 0, 0
+    exp, ttl = raw.split()
+    return int(exp), int(ttl)
+
+
+def identity(raw: bytes) -> tuple[str, int]:
+    holder, _, epoch = raw.decode().rpartition("\n")
+    return holder, int(epoch)
+
+
+def handover(raw: bytes) -> tuple[str, int]:
+    successor, _, until = raw.decode().rpartition("\n")
+    return successor, int(until)
+
+
+def record(key: str, raw: bytes) -> Record:
+    return Record(key, raw[20:], int(raw[:20]))
+
+
+def change(kind: ChangeKind, name: str, **fields: Any) -> JSON:
+    return {"k": kind.value, "n": name, **fields}
+
+
+def decode_change(incarnation: str, revision: int, entry: JSON) -> Change:
+    value = entry.get("v")
+    return Change(
+        position=make_position(incarnation, revision),
+        revision=revision,
+        kind=ChangeKind(entry["k"]),
+        key=entry["n"],
+        value=None if value is None else unb64(value),
+        version=entry.get("ver"),
+        holder=entry.get("h"),
+        epoch=entry.get("e"),
+        successor=entry.get("s"),
+    )
+
+
+__all__ = [
+    "Keyspace",
+    "View",
+    "absent",
+    "change",
+    "claim_prefix",
+    "decode_change",
+    "delete",
+    "exp",
+    "handover",
+    "identity",
+    "key_range",
+    "mod_is",
+    "pad",
+    "put",
+    "record",
+    "value_above",
+    "value_is",
+]  # fmt: skip
