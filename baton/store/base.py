@@ -1,8 +1,8 @@
 """The coordination-store contract: leases with fencing epochs, versioned records, a change feed.
 
-Every backend (``sqlite.py``, ``redis.py``, ``postgres.py``) implements :class:`Store` and passes
-the one conformance suite in ``tests/conformance`` against a real server. The core of baton only
-ever sees this module; it never imports a driver.
+Every backend (``sqlite.py``, ``redis.py``, ``postgres.py``, ``etcd.py``) implements
+:class:`Store` and passes the one conformance suite in ``tests/conformance`` against a real
+server. The core of baton only ever sees this module; it never imports a driver.
 
 Semantics every backend guarantees
 ----------------------------------
