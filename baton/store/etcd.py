@@ -8,11 +8,17 @@ pointing at someone else's keys (Kubernetes' ``/registry``) is refused before an
 How each guarantee of :mod:`baton.store.base` holds on etcd
 -----------------------------------------------------------
 *The store's clock* is the etcd member's wall clock, read from the ``Date`` header of its
-answers and narrowed to about a round trip (:class:`~baton.store.etcd_gateway.ServerClock`). It
-reads the lower bound of what the member's clock can be, so a lease is never judged expired before
-the member's clock passed its expiry. etcd's own leases are not used: their TTLs are whole seconds
-with a floor of about 2 s, they expire silently (no ``expired`` change could be logged), and the
-revoke runs only every 500 ms.
+answers and narrowed to about a round trip (:class:`~baton.store.etcd_gateway.ServerClock`). A
+client knows an interval the member's clock lies in, and uses each end where it is safe: it judges
+(is this lease expired? is this fence held?) by the lower end, so a lease is never judged expired
+before the member's clock passed its expiry; it grants (epochs, expiries of acquired and renewed
+leases) by the upper end, so a lease lasts at least its ttl of the member's time from the moment
+it was asked for, and the holder's own deadline, counted on its clock from that moment, always
+comes first. The cost of an uncertain clock is a lease that lasts longer, never a shorter one.
+Members of one cluster must keep their clocks within milliseconds of each other (NTP), as Redis
+servers must for a failover: a client that moves to another member starts its interval again.
+etcd's own leases are not used: their TTLs are whole seconds with a floor of about 2 s, they
+expire silently (no ``expired`` change could be logged), and the revoke runs only every 500 ms.
 
 *Atomicity.* Every operation reads what it needs in one read-only transaction, decides, then
 writes in one transaction that compares the ``mod_revision`` of every key it read: if anything it
@@ -121,7 +127,13 @@ class EtcdStore(Store):
         return self._ks.gw()
 
     def _now_us(self) -> int:
+        """The clock for judging (is it expired?): never ahead of the member's."""
         return int(self._gateway().clock.now() * _US)
+
+    def _grant_us(self) -> int:
+        """The clock for granting (epochs, expiries): never behind the member's, so a lease
+        lasts at least its ttl of the member's time from the moment it was asked for."""
+        return int(self._gateway().clock.latest() * _US)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -186,17 +198,18 @@ class EtcdStore(Store):
                 successor, until = keyspace.handover(view.values[hk])
                 if successor != holder and until > now:
                     return None
-            epoch = max(now, int(view.values.get(ek, b"0")) + 1)
+            grant = self._grant_us()
+            epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
             changes.append(keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch))
             writes = [
                 keyspace.put(lk, f"{holder}\n{epoch}"),
-                keyspace.put(xk, f"{keyspace.pad(now + ttl_us)} {ttl_us}"),
+                keyspace.put(xk, f"{keyspace.pad(grant + ttl_us)} {ttl_us}"),
                 keyspace.put(ek, str(epoch)),
                 keyspace.delete(hk),
                 keyspace.delete(self._key("lapse", name)),
             ]
             if await self._ks.commit(view, writes, changes):
-                return Lease(name, holder, epoch, seconds, (now + ttl_us) / _US)
+                return Lease(name, holder, epoch, seconds, (grant + ttl_us) / _US)
             await self._ks.retry_pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -215,7 +228,7 @@ class EtcdStore(Store):
         return {name: lease for answer in answers for name, lease in answer.items()}
 
     async def _renew_chunk(self, holder: str, chunk: Sequence[Lease]) -> dict[str, Lease | None]:
-        now = self._now_us()
+        now, grant = self._now_us(), self._grant_us()
         nested = []
         for lease in chunk:
             lk, xk = self._lease_keys(lease.name)
@@ -227,7 +240,7 @@ class EtcdStore(Store):
                             keyspace.value_is(lk, f"{holder}\n{lease.epoch}"),
                             keyspace.value_above(xk, keyspace.pad(now)),
                         ],
-                        "success": [keyspace.put(xk, f"{keyspace.pad(now + ttl_us)} {ttl_us}")],
+                        "success": [keyspace.put(xk, f"{keyspace.pad(grant + ttl_us)} {ttl_us}")],
                     }
                 }
             )
@@ -236,7 +249,7 @@ class EtcdStore(Store):
         answers = res.get("responses", [])
         for lease, answer in zip(chunk, answers, strict=True):
             ok = answer.get("response_txn", {}).get("succeeded", False)
-            at = (now + round(lease.ttl * _US)) / _US
+            at = (grant + round(lease.ttl * _US)) / _US
             out[lease.name] = Lease(lease.name, holder, lease.epoch, lease.ttl, at) if ok else None
         return out
 
@@ -371,9 +384,9 @@ class EtcdStore(Store):
         keys = {name: self._key("counter", name) for name in wanted}
         for attempt in range(keyspace.MAX_ATTEMPTS):
             view = await self._ks.read(list(keys.values()))
-            now = self._now_us()
+            grant = self._grant_us()
             out = {
-                name: max(now, int(view.values.get(keys[name], b"0")) + 1, floor)
+                name: max(grant, int(view.values.get(keys[name], b"0")) + 1, floor)
                 for name, floor in wanted.items()
             }
             if await self._ks.commit(view, [keyspace.put(keys[n], str(e)) for n, e in out.items()]):

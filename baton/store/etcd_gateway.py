@@ -15,9 +15,9 @@ stamped second ``D`` that was sent at local monotonic time ``t0`` and received a
 ``D - t1 <= offset < D + 1 - t0`` for ``offset = server time - local monotonic time``. Each
 answer narrows that interval, and answers that straddle a second boundary narrow it to about a
 round trip; :meth:`Gateway.calibrate` sends a few cheap probes spread over one second to get
-there soon after connecting. The clock reads the **lower bound** of the interval: it never runs
-ahead of the member's clock, so no client judges a lease expired before the server's clock has
-passed its expiry, whatever its own clock says. It never goes backwards within one client.
+there soon after connecting. :meth:`ServerClock.now` reads the lower end of the interval (the
+member's clock reads at least that), :meth:`ServerClock.latest` the upper end; neither goes
+backwards within one client. The store judges expiry by the first and grants by the second.
 """
 
 from __future__ import annotations
@@ -149,6 +149,7 @@ class ServerClock:
         self._lo = -float("inf")
         self._hi = float("inf")
         self._last = 0.0
+        self._last_hi = 0.0
 
     @property
     def uncertainty(self) -> float:
@@ -171,10 +172,18 @@ class ServerClock:
         self._lo, self._hi = max(self._lo, lo), min(self._hi, hi)
 
     def now(self) -> float:
+        """The lower end: the member's clock reads at least this now."""
         if self._lo == -float("inf"):
             raise StoreUnavailable("no answer from etcd yet: connect the store first")
         self._last = max(self._last, time.monotonic() + self._lo)
         return self._last
+
+    def latest(self) -> float:
+        """The upper end: the member's clock reads at most this now."""
+        if self._hi == float("inf"):
+            raise StoreUnavailable("no answer from etcd yet: connect the store first")
+        self._last_hi = max(self._last_hi, time.monotonic() + self._hi)
+        return self._last_hi
 
 
 class Gateway:
