@@ -8,9 +8,10 @@ from baton.local.ports import free_port
 from baton.local.waiting import await_for, wait_for
 from baton.testing.clock import ManualClock
 from baton.testing.fenced import FencedLog
-from baton.testing.servers import EtcdServer, PostgresServer, RedisServer
+from baton.testing.servers import EtcdCluster, EtcdServer, PostgresServer, RedisServer
 
 __all__ = [
+    "EtcdCluster",
     "EtcdServer",
     "FencedLog",
     "ManualClock",

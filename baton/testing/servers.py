@@ -12,6 +12,7 @@ run theirs the same way::
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -81,42 +82,57 @@ class RedisServer(Proc):
 class EtcdServer(Proc):
     """A one-node ``etcd`` on free loopback ports with its data in ``directory``: a store for
     baton's etcd backend (:attr:`store_url`) and the reference the benchmarks compare baton
-    with. ``url`` is also its JSON gateway (``/v3/...``)."""
+    with. ``url`` is also its JSON gateway (``/v3/...``). As a member of an
+    :class:`EtcdCluster`, ``name`` and ``cluster`` (``name=peer-url,...``) say who it is."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, name: str = "baton-ref", cluster: str = "") -> None:
         self.directory = Path(directory)
+        self.member = name
         self.client_port = free_port()
         self.peer_port = free_port()
-        super().__init__("etcd", [], self.directory / "etcd.log", start=False)
+        self.cluster = cluster or f"{name}={self.peer_url}"
+        super().__init__(f"etcd-{name}", [], self.directory / "etcd.log", start=False)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.client_port}"
 
     @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    @property
     def store_url(self) -> str:
         return f"etcd://127.0.0.1:{self.client_port}/baton"
 
-    def start(self) -> Self:
+    def launch(self) -> Self:
+        """Start the process without waiting for it to be healthy (a member of a cluster is
+        healthy only once a quorum runs)."""
         exe = shutil.which("etcd")
         if exe is None:
             raise ServerError("etcd is not installed: apt-get install etcd-server etcd-client")
         self.directory.mkdir(parents=True, exist_ok=True)
-        peer = f"http://127.0.0.1:{self.peer_port}"
         self.argv = [
             exe,
-            "--name", "baton-ref",
+            "--name", self.member,
             "--data-dir", str(self.directory / "data"),
             "--listen-client-urls", self.url,
             "--advertise-client-urls", self.url,
-            "--listen-peer-urls", peer,
-            "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"baton-ref={peer}",
+            "--listen-peer-urls", self.peer_url,
+            "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-cluster", self.cluster,
             "--initial-cluster-state", "new",
         ]  # fmt: skip
         super().start()
-        self.wait_ready(self._healthy, 15, f"etcd to be healthy on {self.url}")
         return self
+
+    def start(self) -> Self:
+        self.launch()
+        self.wait_healthy()
+        return self
+
+    def wait_healthy(self) -> None:
+        self.wait_ready(self._healthy, 15, f"etcd to be healthy on {self.url}")
 
     def lose_data(self) -> None:
         """Stop the server, delete its data and start it again: a cluster restored from
@@ -125,12 +141,68 @@ class EtcdServer(Proc):
         shutil.rmtree(self.directory / "data", ignore_errors=True)
         self.start()
 
+    def is_leader(self) -> bool:
+        """Whether this member is the cluster's raft leader now."""
+        try:
+            req = urllib.request.Request(f"{self.url}/v3/maintenance/status", data=b"{}")
+            with urllib.request.urlopen(req, timeout=1) as res:
+                status = json.loads(res.read())
+        except (OSError, ValueError):
+            return False
+        return bool(status.get("leader") == status.get("header", {}).get("member_id"))
+
     def _healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.url}/health", timeout=1) as res:
                 return bool(res.status == 200)
         except OSError:
             return False
+
+
+class EtcdCluster:
+    """Three (``size``) etcd members on free loopback ports, each a :class:`EtcdServer` that
+    can be killed, paused and started again. ``store_url`` lists every member."""
+
+    def __init__(self, directory: Path, size: int = 3) -> None:
+        names = [f"m{i}" for i in range(size)]
+        self.members = [EtcdServer(Path(directory) / name, name) for name in names]
+        cluster = ",".join(f"{m.member}={m.peer_url}" for m in self.members)
+        for member in self.members:
+            member.cluster = cluster
+
+    @property
+    def store_url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{m.client_port}" for m in self.members)
+        return f"etcd://{hosts}/baton"
+
+    def start(self) -> Self:
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_healthy()
+        return self
+
+    def leader(self, timeout: float = 15.0) -> EtcdServer:
+        """The member that leads now (waiting for an election to end)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for member in self.members:
+                if member.running and member.is_leader():
+                    return member
+            time.sleep(0.05)
+        raise ServerError(f"no etcd member leads after {timeout}s")
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
 
 
 class PostgresServer:
