@@ -1,6 +1,7 @@
 """What only the etcd store has: bad input refused in one line that names the endpoint (an
 unreachable member, a prefix holding someone else's keys, bad credentials, an etcd too old for
-the v3 API), and ``baton elect`` leading a command through ``--store etcd://...``."""
+the v3 API), ``baton elect`` leading a command through ``--store etcd://...``, and node agents
+on etcd."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from baton.errors import ConfigError, StoreUnavailable
 from baton.lease.timings import Timings
+from baton.local.cluster import LocalCluster
 from baton.local.processes import Proc
 from baton.store import open_store
 from baton.store.etcd_gateway import b64, check_version, unb64
@@ -152,3 +154,10 @@ def test_elect_fails_over_when_the_leader_is_killed(
     finally:
         for p in procs:
             p.stop()
+
+
+def test_node_agents_run_on_etcd(etcd_server: EtcdServer, tmp_path: Path) -> None:
+    url = f"{etcd_server.store_url}?namespace=nodes{uuid.uuid4().hex[:8]}"
+    with LocalCluster(2, url, tmp_path, ttl=2) as c:
+        c.wait_for(c.controller)
+        c.wait_for(lambda: list(c.states().values()) == ["live"] * 2)
