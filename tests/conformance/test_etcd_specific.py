@@ -15,18 +15,13 @@ import httpx
 import pytest
 
 from baton.errors import ConfigError, StoreUnavailable
-from baton.lease.timings import Timings
 from baton.local.cluster import LocalCluster
-from baton.local.processes import Proc
 from baton.store import open_store
 from baton.store.etcd_gateway import b64, check_version, unb64
-from baton.testing import free_port, wait_for
-from baton.testing.fenced import FencedLog
-from baton.testing.processes import elect_proc, first_above, latest, now
+from baton.testing import free_port
 from baton.testing.servers import EtcdServer
 
 BATON = str(Path(sys.executable).with_name("baton"))
-TTL = 2.0
 
 
 def baton(*args: str) -> subprocess.CompletedProcess[str]:
@@ -122,38 +117,14 @@ def test_cli_bad_store_is_one_line(etcd_server: EtcdServer, tmp_path: Path) -> N
 def test_elect_runs_the_command_and_releases(etcd_server: EtcdServer) -> None:
     url = f"{etcd_server.store_url}?namespace=cli{uuid.uuid4().hex[:8]}"
     res = baton(
-        "elect", "job", "--store", url, "--ttl", "2", "--id", "me", "--",
+        # The default ttl: its 0.5 s request timeout, not ttl 2's 0.1 s, which a loaded 2-core
+        # machine can miss in the resign after the command exits (two round trips on etcd).
+        "elect", "job", "--store", url, "--id", "me", "--",
         "sh", "-c", 'test -n "$BATON_EPOCH" && test "$BATON_HOLDER" = me && exit 7',
     )  # fmt: skip
     assert res.returncode == 7, res.stderr
     show = baton("lease", "show", "job", "--store", url)
     assert show.returncode == 1 and "free" in show.stdout, "lease released after COMMAND exited"
-
-
-def test_elect_fails_over_when_the_leader_is_killed(
-    etcd_server: EtcdServer, tmp_path: Path
-) -> None:
-    """Three ``baton elect`` supervisors on etcd: SIGKILL the leader, one other takes over
-    within ttl + election timeout (+ slack for a loaded machine), and the fenced log never took
-    a write from a deposed leader."""
-    url = f"{etcd_server.store_url}?namespace=kill{uuid.uuid4().hex[:8]}"
-    log = FencedLog(tmp_path / "fenced.db")
-    procs: list[Proc] = [
-        elect_proc(tmp_path, url, f"p{i}", tmp_path / "fenced.db", TTL) for i in range(3)
-    ]
-    try:
-        entry = wait_for(lambda: latest(log), timeout=30, what="a leader writing")
-        leader = next(p for p in procs if p.name == entry.writer)
-        killed_at = now()
-        leader.kill()
-        bound = TTL + Timings.for_ttl(TTL).election_timeout_max + 2.0
-        new = wait_for(lambda: first_above(log, entry.epoch), timeout=bound + 5)
-        assert new.writer != leader.name
-        assert new.at - killed_at < bound
-        log.check()
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def test_node_agents_run_on_etcd(etcd_server: EtcdServer, tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_one_answer_bounds_the_clock_within_a_second() -> None:
     clock.observe(sent, sent + 0.001, date(sent + offset))
     true = time.monotonic() + offset
     assert clock.now() <= true <= clock.latest()
-    assert clock.uncertainty <= 1.001
+    assert clock.uncertainty < 1.01
 
 
 def test_a_stepped_member_clock_starts_again_and_never_goes_back() -> None:
@@ -54,5 +54,5 @@ def test_a_stepped_member_clock_starts_again_and_never_goes_back() -> None:
     clock.observe(t, t + 0.001, date(1_800_000_000))
     before = clock.now()
     clock.observe(t, t + 0.001, date(1_700_000_000))  # contradicts: start again from it
-    assert clock.uncertainty <= 1.001
+    assert clock.uncertainty < 1.01
     assert clock.now() >= before  # but a reading never goes backwards
