@@ -101,17 +101,20 @@ def test_etcd_older_than_3_4_is_refused() -> None:
     check_version("http://10.0.0.5:2379", {"etcdserver": "3.5.9", "etcdcluster": "3.5.0"})
 
 
-def test_cli_bad_store_is_one_line(etcd_server: EtcdServer, tmp_path: Path) -> None:
+def test_cli_unreachable_store_is_one_line() -> None:
     port = free_port()
-    for store, needle in (
-        (f"etcd://127.0.0.1:{port}/baton", f"127.0.0.1:{port}"),
-        ("etcd://127.0.0.1:notaport/baton", "notaport"),
-    ):
-        res = baton("elect", "job", "--store", store, "--", "true")
-        assert res.returncode != 0
-        lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("baton: error: "), res.stderr
-        assert needle in lines[0] and "Traceback" not in res.stderr
+    res = baton("elect", "job", "--store", f"etcd://127.0.0.1:{port}/baton", "--", "true")
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("baton: error: "), res.stderr
+    assert f"127.0.0.1:{port}" in lines[0] and "Traceback" not in res.stderr
+
+
+def test_bad_etcd_urls_are_config_errors() -> None:
+    for url in ("etcd://127.0.0.1:notaport/baton", "etcd:///baton", "etcd://h:1/p?tls=yes"):
+        with pytest.raises(ConfigError):
+            open_store(url)
+    assert "sekret" not in open_store("etcd://u:sekret@h:1,h:2/p").url
 
 
 def test_elect_runs_the_command_and_releases(etcd_server: EtcdServer) -> None:
@@ -127,8 +130,8 @@ def test_elect_runs_the_command_and_releases(etcd_server: EtcdServer) -> None:
     assert show.returncode == 1 and "free" in show.stdout, "lease released after COMMAND exited"
 
 
-def test_node_agents_run_on_etcd(etcd_server: EtcdServer, tmp_path: Path) -> None:
+def test_node_agent_runs_on_etcd(etcd_server: EtcdServer, tmp_path: Path) -> None:
     url = f"{etcd_server.store_url}?namespace=nodes{uuid.uuid4().hex[:8]}"
-    with LocalCluster(2, url, tmp_path, ttl=2) as c:
+    with LocalCluster(1, url, tmp_path, ttl=2) as c:
         c.wait_for(c.controller)
-        c.wait_for(lambda: list(c.states().values()) == ["live"] * 2)
+        c.wait_for(lambda: list(c.states().values()) == ["live"])
