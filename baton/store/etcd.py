@@ -99,7 +99,7 @@ from baton.store.etcd_gateway import (
 from baton.store.etcd_keyspace import Keyspace, View, claim_prefix
 
 #: Leases per renewal request (each is a nested transaction of one put).
-RENEW_CHUNK: Final = 128
+RENEW_CHUNK: Final = 120
 #: Leases whose expiry one ``expire_due`` transaction logs (four operations each).
 EXPIRE_BATCH: Final = 30
 
@@ -182,35 +182,38 @@ class EtcdStore(Store):
         ttl_us = round(seconds * _US)
         lk, xk = self._lease_keys(name)
         ek, hk = self._key("epoch", name), self._key("handover", name)
-        for attempt in range(keyspace.MAX_ATTEMPTS):
-            view = await self._ks.read([lk, xk, ek, hk])
-            now = self._now_us()
-            changes: list[JSON] = []
-            if lk in view.values:
-                exp, _ = keyspace.exp(view.values.get(xk))
-                if exp > now:
-                    return None
-                # Expired by the store clock but not logged yet: log it first, so the feed
-                # reads "expired" before "acquired".
-                old_holder, old_epoch = keyspace.identity(view.values[lk])
-                changes.append(keyspace.change(ChangeKind.EXPIRED, name, h=old_holder, e=old_epoch))
-            elif hk in view.values:
-                successor, until = keyspace.handover(view.values[hk])
-                if successor != holder and until > now:
-                    return None
-            grant = self._grant_us()
-            epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
-            changes.append(keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch))
-            writes = [
-                keyspace.put(lk, f"{holder}\n{epoch}"),
-                keyspace.put(xk, f"{keyspace.pad(grant + ttl_us)} {ttl_us}"),
-                keyspace.put(ek, str(epoch)),
-                keyspace.delete(hk),
-                keyspace.delete(self._key("lapse", name)),
-            ]
-            if await self._ks.commit(view, writes, changes):
-                return Lease(name, holder, epoch, seconds, (grant + ttl_us) / _US)
-            await self._ks.retry_pause(attempt)
+        async with self._ks.writing:
+            for attempt in range(keyspace.MAX_ATTEMPTS):
+                view = await self._ks.read([lk, xk, ek, hk])
+                now = self._now_us()
+                changes: list[JSON] = []
+                if lk in view.values:
+                    exp, _ = keyspace.exp(view.values.get(xk))
+                    if exp > now:
+                        return None
+                    # Expired by the store clock but not logged yet: log it first, so the feed
+                    # reads "expired" before "acquired".
+                    old_holder, old_epoch = keyspace.identity(view.values[lk])
+                    changes.append(
+                        keyspace.change(ChangeKind.EXPIRED, name, h=old_holder, e=old_epoch)
+                    )
+                elif hk in view.values:
+                    successor, until = keyspace.handover(view.values[hk])
+                    if successor != holder and until > now:
+                        return None
+                grant = self._grant_us()
+                epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
+                changes.append(keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch))
+                writes = [
+                    keyspace.put(lk, f"{holder}\n{epoch}"),
+                    keyspace.put(xk, f"{keyspace.pad(grant + ttl_us)} {ttl_us}"),
+                    keyspace.put(ek, str(epoch)),
+                    keyspace.delete(hk),
+                    keyspace.delete(self._key("lapse", name)),
+                ]
+                if await self._ks.commit(view, writes, changes):
+                    return Lease(name, holder, epoch, seconds, (grant + ttl_us) / _US)
+                await self._ks.retry_pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def renew(self, holder: str, leases: Sequence[Lease]) -> dict[str, Lease | None]:
@@ -259,30 +262,33 @@ class EtcdStore(Store):
         if successor is not None:
             check_name("successor", successor)
         lk, xk = self._lease_keys(lease.name)
-        for attempt in range(keyspace.MAX_ATTEMPTS):
-            view = await self._ks.read([lk, xk])
-            now = self._now_us()
-            exp, ttl_us = keyspace.exp(view.values.get(xk))
-            if lk not in view.values or exp <= now:
-                return False
-            if keyspace.identity(view.values[lk]) != (lease.holder, lease.epoch):
-                return False
-            writes = [
-                keyspace.delete(lk),
-                keyspace.delete(xk),
-                keyspace.put(self._key("lapse", lease.name), f"{now} {ttl_us}"),
-            ]
-            extra: dict[str, Any] = {"h": lease.holder, "e": lease.epoch}
-            if successor is not None:
-                writes.append(
-                    keyspace.put(self._key("handover", lease.name), f"{successor}\n{now + ttl_us}")
-                )
-                extra["s"] = successor
-            if await self._ks.commit(
-                view, writes, [keyspace.change(ChangeKind.RELEASED, lease.name, **extra)]
-            ):
-                return True
-            await self._ks.retry_pause(attempt)
+        async with self._ks.writing:
+            for attempt in range(keyspace.MAX_ATTEMPTS):
+                view = await self._ks.read([lk, xk])
+                now = self._now_us()
+                exp, ttl_us = keyspace.exp(view.values.get(xk))
+                if lk not in view.values or exp <= now:
+                    return False
+                if keyspace.identity(view.values[lk]) != (lease.holder, lease.epoch):
+                    return False
+                writes = [
+                    keyspace.delete(lk),
+                    keyspace.delete(xk),
+                    keyspace.put(self._key("lapse", lease.name), f"{now} {ttl_us}"),
+                ]
+                extra: dict[str, Any] = {"h": lease.holder, "e": lease.epoch}
+                if successor is not None:
+                    writes.append(
+                        keyspace.put(
+                            self._key("handover", lease.name), f"{successor}\n{now + ttl_us}"
+                        )
+                    )
+                    extra["s"] = successor
+                if await self._ks.commit(
+                    view, writes, [keyspace.change(ChangeKind.RELEASED, lease.name, **extra)]
+                ):
+                    return True
+                await self._ks.retry_pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def get_lease(self, name: str) -> Lease | None:
@@ -352,6 +358,10 @@ class EtcdStore(Store):
 
     async def _expire(self, names: Sequence[str]) -> None:
         """Log the expiry of ``names`` (those still past it when read), oldest first."""
+        async with self._ks.writing:
+            await self._expire_locked(names)
+
+    async def _expire_locked(self, names: Sequence[str]) -> None:
         keys = [k for n in names for k in self._lease_keys(n)]
         view = await self._ks.read(keys)
         now = self._now_us()
@@ -382,16 +392,19 @@ class EtcdStore(Store):
         if not wanted:
             return {}
         keys = {name: self._key("counter", name) for name in wanted}
-        for attempt in range(keyspace.MAX_ATTEMPTS):
-            view = await self._ks.read(list(keys.values()))
-            grant = self._grant_us()
-            out = {
-                name: max(grant, int(view.values.get(keys[name], b"0")) + 1, floor)
-                for name, floor in wanted.items()
-            }
-            if await self._ks.commit(view, [keyspace.put(keys[n], str(e)) for n, e in out.items()]):
-                return out
-            await self._ks.retry_pause(attempt)
+        async with self._ks.writing:
+            for attempt in range(keyspace.MAX_ATTEMPTS):
+                view = await self._ks.read(list(keys.values()))
+                grant = self._grant_us()
+                out = {
+                    name: max(grant, int(view.values.get(keys[name], b"0")) + 1, floor)
+                    for name, floor in wanted.items()
+                }
+                if await self._ks.commit(
+                    view, [keyspace.put(keys[n], str(e)) for n, e in out.items()]
+                ):
+                    return out
+                await self._ks.retry_pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- records -------------------------------------------------------------------------------
@@ -426,38 +439,39 @@ class EtcdStore(Store):
             if not isinstance(op, Put | Delete):
                 raise ConfigError(f"unknown transaction operation {op!r}")
             keys.append(self._key("rec", op.key))
-        for attempt in range(keyspace.MAX_ATTEMPTS):
-            view = await self._ks.read(keys)
-            failed = tuple(c for c in conditions if not self._holds(c, view))
-            if failed:
-                return TxnResult(ok=False, revision=None, failed=failed)
-            writes: builtins.list[JSON] = []
-            changes: builtins.list[JSON] = []
-            rev = view.rev
-            for op in ops:
-                rk = self._key("rec", op.key)
-                if isinstance(op, Put):
-                    rev += 1
-                    writes.append(keyspace.put(rk, keyspace.pad(rev).encode() + op.value))
-                    changes.append(
-                        keyspace.change(ChangeKind.PUT, op.key, v=b64(op.value), ver=rev)
-                    )
-                elif rk in view.values:
-                    rev += 1
-                    writes.append(keyspace.delete(rk))
-                    changes.append(keyspace.change(ChangeKind.DELETE, op.key, ver=rev))
-            if not changes:
-                return TxnResult(ok=True, revision=view.rev)
-            # The fence, once more inside the write: the lease's expiry still ahead of the clock.
-            now = keyspace.pad(self._now_us())
-            fences = [
-                keyspace.value_above(self._key("exp", c.name), now)
-                for c in conditions
-                if isinstance(c, LeaseHeld)
-            ]
-            if await self._ks.commit(view, writes, changes, fences):
-                return TxnResult(ok=True, revision=rev)
-            await self._ks.retry_pause(attempt)
+        async with self._ks.writing:
+            for attempt in range(keyspace.MAX_ATTEMPTS):
+                view = await self._ks.read(keys)
+                failed = tuple(c for c in conditions if not self._holds(c, view))
+                if failed:
+                    return TxnResult(ok=False, revision=None, failed=failed)
+                writes: builtins.list[JSON] = []
+                changes: builtins.list[JSON] = []
+                rev = view.rev
+                for op in ops:
+                    rk = self._key("rec", op.key)
+                    if isinstance(op, Put):
+                        rev += 1
+                        writes.append(keyspace.put(rk, keyspace.pad(rev).encode() + op.value))
+                        changes.append(
+                            keyspace.change(ChangeKind.PUT, op.key, v=b64(op.value), ver=rev)
+                        )
+                    elif rk in view.values:
+                        rev += 1
+                        writes.append(keyspace.delete(rk))
+                        changes.append(keyspace.change(ChangeKind.DELETE, op.key, ver=rev))
+                if not changes:
+                    return TxnResult(ok=True, revision=view.rev)
+                # The fence, once more inside the write: its expiry still ahead of the clock.
+                now = keyspace.pad(self._now_us())
+                fences = [
+                    keyspace.value_above(self._key("exp", c.name), now)
+                    for c in conditions
+                    if isinstance(c, LeaseHeld)
+                ]
+                if await self._ks.commit(view, writes, changes, fences):
+                    return TxnResult(ok=True, revision=rev)
+                await self._ks.retry_pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _holds(self, cond: Condition, view: View) -> bool:
