@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from baton.testing.fenced import Entry
-from baton.testing.servers import PG_BIN, PostgresServer, RedisServer
+from baton.testing.servers import PG_BIN, EtcdServer, PostgresServer, RedisServer
 
 if TYPE_CHECKING:
     import threading
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: The backends of baton, in the order every table lists them.
-BACKENDS: tuple[str, ...] = ("sqlite", "redis", "postgres")
+BACKENDS: tuple[str, ...] = ("sqlite", "redis", "postgres", "etcd")
 
 #: The repository root (so that child processes can run ``python -m bench.<module>``).
 REPO = Path(__file__).resolve().parent.parent
@@ -189,6 +189,10 @@ def backend_server(backend: str, directory: Path, namespace: str) -> Iterator[Ba
     elif backend == "postgres":
         with PostgresServer(directory / "postgres") as pg:
             yield Backend(pg.url + query, pg.directory / "pg.log")
+    elif backend == "etcd":
+        # One member, its data on the VM disk like the etcd reference's (etcd 3.4 fsyncs).
+        with EtcdServer(directory / "etcd") as etcd:
+            yield Backend(etcd.store_url + query)
     else:
         raise BenchError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
 
