@@ -269,7 +269,8 @@ class Gateway:
         member's next second boundary). Cheap: ``/version`` is served without consensus."""
         step = 1.0 / CALIBRATION_PROBES
         for _ in range(CALIBRATION_PROBES):
-            with contextlib.suppress(StoreError):
+            # Best effort: a member that does not answer now is reported by the next request.
+            with contextlib.suppress(httpx.HTTPError, OSError):
                 await self.request("GET", "/version", None)
             await asyncio.sleep(step)
 

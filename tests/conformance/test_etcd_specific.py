@@ -5,8 +5,10 @@ on etcd."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 from baton.errors import ConfigError, StoreUnavailable
 from baton.local.cluster import LocalCluster
 from baton.store import open_store
-from baton.store.etcd_gateway import b64, check_version, unb64
+from baton.store.etcd_gateway import b64, check_version, prefix_end, unb64
 from baton.testing import free_port
 from baton.testing.servers import EtcdServer
 
@@ -63,11 +65,17 @@ async def test_prefix_with_foreign_keys_is_refused_and_left_alone(etcd_server: E
 
 @pytest.fixture(scope="module")
 def etcd_with_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    """A private etcd with authentication on: user ``root``, password ``rootpw``."""
+    """A private etcd with authentication on: ``root`` (password ``rootpw``), and ``baton``
+    (password ``batonpw``) whose role may read and write under ``/baton/`` only."""
+    grant = {"permType": "READWRITE", "key": b64("/baton/"), "range_end": prefix_end("/baton/")}
     with EtcdServer(tmp_path_factory.mktemp("etcd-auth")) as server:
         for path, body in (
             ("/v3/auth/user/add", {"name": "root", "password": "rootpw"}),
             ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+            ("/v3/auth/role/add", {"name": "baton"}),
+            ("/v3/auth/role/grant", {"name": "baton", "perm": grant}),
+            ("/v3/auth/user/add", {"name": "baton", "password": "batonpw"}),
+            ("/v3/auth/user/grant", {"user": "baton", "role": "baton"}),
             ("/v3/auth/enable", {}),
         ):
             httpx.post(f"{server.url}{path}", json=body, timeout=5).raise_for_status()
@@ -76,7 +84,7 @@ def etcd_with_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdSer
 
 async def test_credentials(etcd_with_auth: EtcdServer) -> None:
     hostport = f"127.0.0.1:{etcd_with_auth.client_port}"
-    wrong = open_store(f"etcd://root:sekret@{hostport}/baton")
+    wrong = open_store(f"etcd://baton:sekret@{hostport}/baton")
     with pytest.raises(StoreUnavailable) as err:
         await wrong.connect()
     one_line(str(err.value), hostport, "check the user and password")
@@ -85,10 +93,20 @@ async def test_credentials(etcd_with_auth: EtcdServer) -> None:
     with pytest.raises(StoreUnavailable) as err:
         await anonymous.connect()
     one_line(str(err.value), hostport, "user:password@")
-    async with open_store(f"etcd://root:rootpw@{hostport}/baton") as store:
+    elsewhere = open_store(f"etcd://baton:batonpw@{hostport}/other")
+    with pytest.raises(StoreUnavailable) as err:
+        await elsewhere.connect()
+    one_line(str(err.value), hostport, "grant its role read and write on the prefix '/other'")
+    # A user whose role covers the prefix uses every part of the store: clock, leases, feed.
+    async with open_store(f"etcd://baton:batonpw@{hostport}/baton") as store:
+        feed = store.watch("k", since=await store.head())
         assert (await store.put("k", b"v")).ok
+        change = await asyncio.wait_for(anext(feed), 10)
+        assert change.key == "k" and change.value == b"v"
+        await feed.aclose()
         lease = await store.acquire("lead", "n1", 5)
         assert lease is not None and (await store.get_lease("lead")) == lease
+        assert abs(await store.now() - time.time()) < 5
 
 
 def test_etcd_older_than_3_4_is_refused() -> None:
