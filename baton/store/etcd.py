@@ -24,7 +24,8 @@ expire silently (no ``expired`` change could be logged), and the revoke runs onl
 writes in one transaction that compares the ``mod_revision`` of every key it read: if anything it
 read changed meanwhile, nothing is written and the operation starts again from the read. Every
 change-writing operation also compares the revision counter key, so changes commit one at a time,
-in the order of their revisions.
+in the order of their revisions. The operations of one store take turns (a lock), so a process's
+own tasks never fail each other's compares; other clients race, and the compares keep that safe.
 
 *Revisions* are baton's own counter (the key ``rev``): etcd gives a whole transaction one
 revision, while the contract wants one per change. The change log is one key per revision,
@@ -35,9 +36,10 @@ written in the same etcd transaction as the change it records.
 recreated) starts a new incarnation; the clock term keeps epochs above every earlier one as long
 as the restore takes longer than the clock's uncertainty (milliseconds).
 
-*Renewal* of many leases is one request per 128 leases (etcd's default ``--max-txn-ops``), all
-sent at once: each lease is a nested transaction that compares its holder and epoch and that its
-expiry is still ahead of the clock, so one lost lease does not fail the others.
+*Renewal* of many leases is one request per 120 leases (etcd's default ``--max-txn-ops`` is 128,
+and a nested transaction's operations count against its parent's budget), all sent at once:
+each lease is a nested transaction that compares its holder and epoch and that its expiry is
+still ahead of the clock, so one lost lease does not fail the others.
 
 *Fenced writes.* :class:`~baton.store.base.LeaseHeld` is checked when read and again inside the
 writing transaction (holder and epoch unchanged, expiry still ahead of the clock as the request
@@ -48,7 +50,7 @@ they learn of a change within a round trip. The log keeps about ``log_limit`` ch
 positions raise :class:`~baton.errors.FeedCompacted`, as do positions of another incarnation and
 positions ahead of the counter (a cluster that went back in time).
 
-The keys under ``<prefix>/<namespace>/`` are listed in :mod:`baton.store.etcd_codec`.
+The keys under ``<prefix>/<namespace>/`` are listed in :mod:`baton.store.etcd_keyspace`.
 """
 
 from __future__ import annotations
