@@ -385,7 +385,11 @@ class Gateway:
                     raise self.refused("watch", self._detail(res))
                 yield res.aiter_lines()
         except httpx.HTTPError as exc:
-            raise self.error("watch", exc) from exc
+            error = self.error("watch", exc)
+            if isinstance(exc, httpx.ConnectError):
+                # This member is gone: the watcher's next attempt goes to the next one.
+                self._current = (self._current + 1) % len(self.target.endpoints)
+            raise error from exc
 
 
 class KeyWatch(FeedListener):
