@@ -75,6 +75,21 @@ class Keyspace:
         #: of failing each other's compares (64 concurrent acquires made 6 a second that way,
         #: against 140 in turn). Other clients still race, and the compares keep that safe.
         self.writing = asyncio.Lock()
+        self._known: View | None = None
+
+    def known(self) -> View | None:
+        """The revision counter and incarnation as this store last saw them (``mods`` of those
+        two keys only), or None: a write that compares them in place of a fresh read costs one
+        round trip, and fails harmlessly when another client wrote meanwhile."""
+        return self._known
+
+    def _remember(self, rev: int, inc: str | None, rev_mod: int, inc_mod: int) -> None:
+        if inc is None:
+            self._known = None
+            return
+        self._known = View(
+            rev=rev, inc=inc, mods={self.key("rev"): rev_mod, self.key("inc"): inc_mod}
+        )
 
     def key(self, *parts: str) -> str:
         return self.root + "/".join(parts)
@@ -111,6 +126,7 @@ class Keyspace:
         view.rev = int(raw_rev) if raw_rev else 0
         raw_inc = view.values.get(self.key("inc"))
         view.inc = raw_inc.decode() if raw_inc else None
+        self._remember(view.rev, view.inc, view.mods[wanted[0]], view.mods[wanted[1]])
         return view
 
     async def incarnated(self, ranges: Sequence[JSON] = ()) -> View:
@@ -140,10 +156,11 @@ class Keyspace:
         cmp = [mod_is(k, m) for k, m in view.mods.items() if changes or k != counter]
         cmp += compares
         ops = list(writes)
+        inc = view.inc or secrets.token_hex(8)
         if view.inc is None:
-            ops.append(put(self.key("inc"), secrets.token_hex(8)))
+            ops.append(put(self.key("inc"), inc))
+        rev = view.rev
         if changes:
-            rev = view.rev
             for entry in changes:
                 rev += 1
                 ops.append(put(self.key("log", pad(rev)), json.dumps(entry)))
@@ -155,7 +172,15 @@ class Keyspace:
                 ops.append(put(self.key("floor"), str(floor)))
         body = {"compare": txn_ops(cmp), "success": txn_ops(ops)}
         res = await self.gw().post("/v3/kv/txn", body, idempotent=False)
-        return bool(res.get("succeeded"))
+        if not res.get("succeeded"):
+            self._known = None
+            return False
+        committed = int(res.get("header", {}).get("revision", 0))
+        inc_key = self.key("inc")
+        rev_mod = committed if changes else view.mods.get(counter, 0)
+        inc_mod = view.mods.get(inc_key, 0) if view.inc is not None else committed
+        self._remember(rev, inc, rev_mod, inc_mod)
+        return True
 
     async def retry_pause(self, attempt: int) -> None:
         """Another writer won the race: let it finish before reading again."""

@@ -153,3 +153,26 @@ def test_node_agent_runs_on_etcd(etcd_server: EtcdServer, tmp_path: Path) -> Non
     with LocalCluster(1, url, tmp_path, ttl=2) as c:
         c.wait_for(c.controller)
         c.wait_for(lambda: list(c.states().values()) == ["live"])
+
+
+async def test_one_trip_writes_fall_back_when_another_client_wrote(etcd_server: EtcdServer) -> None:
+    """A release and a fenced put compare the counter this store last saw instead of reading
+    first; after another client's write they must read and still number changes in order."""
+    url = f"{etcd_server.store_url}?namespace=two{uuid.uuid4().hex[:8]}"
+    async with open_store(url) as a, open_store(url) as b:
+        start = await a.head()
+        lease = await a.acquire("lead", "a", 30)
+        assert lease is not None
+        assert (await b.put("other", b"1")).ok  # a's view of the counter is now stale
+        assert (await a.put("state", b"x", lease=lease)).ok
+        assert (await b.put("other", b"2")).ok
+        assert await a.release(lease)
+        feed = a.watch("", since=start)
+        got = [await asyncio.wait_for(anext(feed), 10) for _ in range(5)]
+        await feed.aclose()
+    assert [(c.kind.value, c.key) for c in got] == [
+        ("acquired", "lead"), ("put", "other"), ("put", "state"), ("put", "other"),
+        ("released", "lead"),
+    ]  # fmt: skip
+    first = got[0].revision
+    assert [c.revision for c in got] == list(range(first, first + 5))
