@@ -58,11 +58,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
-from baton.errors import ConfigError, FeedCompacted
+from baton.errors import ConfigError
 from baton.store import etcd_keyspace as keyspace
 from baton.store.base import (
     Capabilities,
@@ -95,7 +94,6 @@ from baton.store.etcd_gateway import (
     KeyWatch,
     b64,
     parse_url,
-    prefix_end,
     unb64,
 )
 from baton.store.etcd_keyspace import Keyspace, View, claim_prefix
@@ -119,7 +117,6 @@ class EtcdStore(Store):
         self._target = parse_url(url)
         self.url = self._target.display
         self._ks = Keyspace(f"{self._target.prefix}/{namespace}/", log_limit, self.url)
-        self._calibration: asyncio.Task[None] | None = None
         self._connect_lock = asyncio.Lock()
 
     def _key(self, *parts: str) -> str:
@@ -148,20 +145,15 @@ class EtcdStore(Store):
             try:
                 await gw.open()
                 await claim_prefix(gw, self._target.prefix)
+                await gw.calibrate()
             except BaseException:
                 await gw.aclose()
                 raise
             self._ks.gateway = gw
-            self._calibration = asyncio.ensure_future(gw.calibrate())
 
     async def close(self) -> None:
         async with self._connect_lock:
             gw, self._ks.gateway = self._ks.gateway, None
-            if self._calibration is not None:
-                self._calibration.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._calibration
-                self._calibration = None
             if gw is not None:
                 await gw.aclose()
 
@@ -468,21 +460,7 @@ class EtcdStore(Store):
                 failed = tuple(c for c in conditions if not self._holds(c, view))
                 if failed:
                     return TxnResult(ok=False, revision=None, failed=failed)
-                writes: builtins.list[JSON] = []
-                changes: builtins.list[JSON] = []
-                rev = view.rev
-                for op in ops:
-                    rk = self._key("rec", op.key)
-                    if isinstance(op, Put):
-                        rev += 1
-                        writes.append(keyspace.put(rk, keyspace.pad(rev).encode() + op.value))
-                        changes.append(
-                            keyspace.change(ChangeKind.PUT, op.key, v=b64(op.value), ver=rev)
-                        )
-                    elif rk in view.values:
-                        rev += 1
-                        writes.append(keyspace.delete(rk))
-                        changes.append(keyspace.change(ChangeKind.DELETE, op.key, ver=rev))
+                writes, changes, rev = self._ks.record_writes(ops, view.values, view.rev)
                 if not changes:
                     return TxnResult(ok=True, revision=view.rev)
                 # The fence, once more inside the write: its expiry still ahead of the clock.
@@ -515,16 +493,7 @@ class EtcdStore(Store):
             lk, xk = self._lease_keys(cond.name)
             fences.append(keyspace.value_is(lk, f"{cond.holder}\n{cond.epoch}"))
             fences.append(keyspace.value_above(xk, now))
-        writes: builtins.list[JSON] = []
-        changes: builtins.list[JSON] = []
-        rev = known.rev
-        for op in ops:
-            assert isinstance(op, Put)
-            rev += 1
-            writes.append(
-                keyspace.put(self._key("rec", op.key), keyspace.pad(rev).encode() + op.value)
-            )
-            changes.append(keyspace.change(ChangeKind.PUT, op.key, v=b64(op.value), ver=rev))
+        writes, changes, rev = self._ks.record_writes(ops, {}, known.rev)
         if await self._ks.commit(known, writes, changes, fences):
             return TxnResult(ok=True, revision=rev)
         return None
@@ -546,36 +515,7 @@ class EtcdStore(Store):
     async def _changes_after(
         self, incarnation: str, revision: int, prefix: str, limit: int
     ) -> tuple[builtins.list[Change], int]:
-        log = self._key("log", "")
-        entries = {
-            "key": b64(self._key("log", keyspace.pad(revision + 1))),
-            "range_end": prefix_end(log),
-            "limit": max(limit, 1),
-        }
-        view = await self._ks.read([self._key("floor")], [entries])
-        floor_raw = view.values.get(self._key("floor"))
-        floor = int(floor_raw) if floor_raw else 0
-        position = make_position(incarnation, revision)
-        why = None
-        if view.inc != incarnation:
-            why = "it belongs to another incarnation of the store (its data was lost or reset)"
-        elif revision > view.rev:
-            why = f"it is ahead of the store's revision {view.rev} (the store lost changes)"
-        elif revision + 1 < floor:
-            why = f"changes before revision {floor} were trimmed from the log"
-        if why:
-            raise FeedCompacted(
-                f"change-feed position {position!r} is no longer available in etcd store "
-                f"{self.url}: {why}; re-read with list() and watch from the position it returns"
-            )
-        changes: builtins.list[Change] = []
-        last = revision
-        for key, raw in view.ranges[0]:
-            last = int(key[len(log) :])
-            entry = json.loads(raw)
-            if entry["n"].startswith(prefix):
-                changes.append(keyspace.decode_change(incarnation, last, entry))
-        return changes, last
+        return await self._ks.changes_after(incarnation, revision, prefix, limit)
 
     @contextlib.asynccontextmanager
     async def _listen(self) -> AsyncIterator[FeedListener]:

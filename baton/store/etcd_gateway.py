@@ -14,8 +14,9 @@ resolution. :class:`ServerClock` turns those into a clock with millisecond preci
 stamped second ``D`` that was sent at local monotonic time ``t0`` and received at ``t1`` proves
 ``D - t1 <= offset < D + 1 - t0`` for ``offset = server time - local monotonic time``. Each
 answer narrows that interval, and answers that straddle a second boundary narrow it to about a
-round trip; :meth:`Gateway.calibrate` sends a few cheap probes spread over one second to get
-there soon after connecting. :meth:`ServerClock.now` reads the lower end of the interval (the
+round trip; :meth:`Gateway.calibrate` gets there before a store is used, probing until an answer
+straddles a second boundary (once per member and process: every store of a process shares the
+member's clock). :meth:`ServerClock.now` reads the lower end of the interval (the
 member's clock reads at least that), :meth:`ServerClock.latest` the upper end; neither goes
 backwards within one client. The store judges expiry by the first and grants by the second.
 """
@@ -47,8 +48,11 @@ REQUEST_TIMEOUT: Final = 5.0
 MAX_CONNECTIONS: Final = 64
 #: The oldest etcd whose gateway serves ``/v3/`` (3.3 had ``/v3beta``, 3.2 ``/v3alpha``).
 MIN_VERSION: Final = (3, 4)
-#: Probes of :meth:`Gateway.calibrate`, spread over one second.
-CALIBRATION_PROBES: Final = 40
+#: How narrow :meth:`Gateway.calibrate` makes the clock's interval before a store grants
+#: anything, probing every ``CALIBRATION_STEP`` seconds for at most ``CALIBRATION_WAIT``.
+CLOCK_PRECISION: Final = 0.03
+CALIBRATION_STEP: Final = 0.01
+CALIBRATION_WAIT: Final = 1.5
 
 JSON = dict[str, Any]
 
@@ -196,12 +200,24 @@ class ServerClock:
         return self._last_hi
 
 
+#: One clock per member for the whole process (monotonic time is the process's): what one store
+#: learned, the next one opened uses at once.
+_CLOCKS: dict[str, ServerClock] = {}
+
+
+def clock_of(endpoint: str) -> ServerClock:
+    """The shared clock of the member at ``endpoint``."""
+    clock = _CLOCKS.get(endpoint)
+    if clock is None:
+        clock = _CLOCKS[endpoint] = ServerClock()
+    return clock
+
+
 class Gateway:
     """HTTP to the members of one etcd cluster (see the module docstring)."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.clock = ServerClock()
         self._current = 0
         self._token: str | None = None
         verify = _tls_context(target.cacert) if target.endpoints[0].startswith("https") else False
@@ -220,6 +236,11 @@ class Gateway:
     def endpoint(self) -> str:
         return self.target.endpoints[self._current]
 
+    @property
+    def clock(self) -> ServerClock:
+        """The clock of the member in use."""
+        return clock_of(self.endpoint)
+
     async def aclose(self) -> None:
         for client in (self._client, self._watch_client):
             with contextlib.suppress(httpx.HTTPError, OSError):
@@ -232,7 +253,7 @@ class Gateway:
         errors: list[str] = []
         for i, endpoint in enumerate(self.target.endpoints):
             try:
-                res = await self._send(self._client, "GET", f"{endpoint}/version", None, {})
+                res = await self._send("GET", "/version", None, {}, endpoint)
             except httpx.TransportError as exc:
                 errors.append(f"{endpoint}: {type(exc).__name__}")
                 continue
@@ -265,37 +286,38 @@ class Gateway:
         self._token = token
 
     async def calibrate(self) -> None:
-        """Narrow the clock with probes spread over one second (one of them straddles the
-        member's next second boundary). Cheap: ``/version`` is served without consensus."""
-        step = 1.0 / CALIBRATION_PROBES
-        for _ in range(CALIBRATION_PROBES):
+        """Narrow the clock to :data:`CLOCK_PRECISION` with probes until one straddles the
+        member's next second boundary (at most about a second, once per member and process:
+        the clock is shared by every store of the process). Until then an epoch granted by the
+        upper end could exceed the member's clock by up to a second, more than a store that
+        lost its data may take to come back. Cheap: ``/version`` is served without consensus."""
+        deadline = time.monotonic() + CALIBRATION_WAIT
+        while self.clock.uncertainty > CLOCK_PRECISION and time.monotonic() < deadline:
             # Best effort: a member that does not answer now is reported by the next request.
             with contextlib.suppress(httpx.HTTPError, OSError):
                 await self.request("GET", "/version", None)
-            await asyncio.sleep(step)
+            await asyncio.sleep(CALIBRATION_STEP)
 
     # -- requests ------------------------------------------------------------------------------
 
     async def _send(
         self,
-        client: httpx.AsyncClient,
         method: str,
         url: str,
         body: JSON | None,
         headers: Mapping[str, str],
+        endpoint: str,
     ) -> httpx.Response:
         sent = time.monotonic()
-        res = await client.request(method, url, json=body, headers=headers)
-        self.clock.observe(sent, time.monotonic(), res.headers.get("date"))
+        res = await self._client.request(method, f"{endpoint}{url}", json=body, headers=headers)
+        clock_of(endpoint).observe(sent, time.monotonic(), res.headers.get("date"))
         return res
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": self._token} if self._token else {}
 
     async def request(self, method: str, path: str, body: JSON | None) -> httpx.Response:
-        return await self._send(
-            self._client, method, f"{self.endpoint}{path}", body, self._headers()
-        )
+        return await self._send(method, path, body, self._headers(), self.endpoint)
 
     async def post(self, path: str, body: JSON, *, idempotent: bool, login: bool = False) -> JSON:
         """POST ``body`` to ``path`` and return the JSON answer. A request that never reached a

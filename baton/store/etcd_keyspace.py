@@ -31,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from baton.errors import ConfigError, StoreUnavailable
-from baton.store.base import Change, ChangeKind, Record, make_position
+from baton.errors import ConfigError, FeedCompacted, StoreUnavailable
+from baton.store.base import Change, ChangeKind, Op, Put, Record, make_position
 from baton.store.etcd_gateway import JSON, Gateway, b64, prefix_end, txn_ops, unb64
 
 #: Changes kept in the log; older ones are deleted every ``TRIM_EVERY`` revisions.
@@ -181,6 +181,60 @@ class Keyspace:
         inc_mod = view.mods.get(inc_key, 0) if view.inc is not None else committed
         self._remember(rev, inc, rev_mod, inc_mod)
         return True
+
+    def record_writes(
+        self, ops: Sequence[Op], existing: Mapping[str, bytes], rev: int
+    ) -> tuple[list[JSON], list[JSON], int]:
+        """The writes and changes of record ``ops`` numbered from ``rev + 1``, and the last
+        revision taken. A delete of a key not in ``existing`` is a no-op, and no change."""
+        writes: list[JSON] = []
+        changes: list[JSON] = []
+        for op in ops:
+            rk = self.key("rec", op.key)
+            if isinstance(op, Put):
+                rev += 1
+                writes.append(put(rk, pad(rev).encode() + op.value))
+                changes.append(change(ChangeKind.PUT, op.key, v=b64(op.value), ver=rev))
+            elif rk in existing:
+                rev += 1
+                writes.append(delete(rk))
+                changes.append(change(ChangeKind.DELETE, op.key, ver=rev))
+        return writes, changes, rev
+
+    async def changes_after(
+        self, incarnation: str, revision: int, prefix: str, limit: int
+    ) -> tuple[list[Change], int]:
+        """The change feed's read (see :meth:`baton.store.base.Store._changes_after`)."""
+        log = self.key("log", "")
+        entries = {
+            "key": b64(self.key("log", pad(revision + 1))),
+            "range_end": prefix_end(log),
+            "limit": max(limit, 1),
+        }
+        view = await self.read([self.key("floor")], [entries])
+        floor_raw = view.values.get(self.key("floor"))
+        floor = int(floor_raw) if floor_raw else 0
+        position = make_position(incarnation, revision)
+        why = None
+        if view.inc != incarnation:
+            why = "it belongs to another incarnation of the store (its data was lost or reset)"
+        elif revision > view.rev:
+            why = f"it is ahead of the store's revision {view.rev} (the store lost changes)"
+        elif revision + 1 < floor:
+            why = f"changes before revision {floor} were trimmed from the log"
+        if why:
+            raise FeedCompacted(
+                f"change-feed position {position!r} is no longer available in etcd store "
+                f"{self.url}: {why}; re-read with list() and watch from the position it returns"
+            )
+        changes: list[Change] = []
+        last = revision
+        for key, raw in view.ranges[0]:
+            last = int(key[len(log) :])
+            entry = json.loads(raw)
+            if entry["n"].startswith(prefix):
+                changes.append(decode_change(incarnation, last, entry))
+        return changes, last
 
     async def retry_pause(self, attempt: int) -> None:
         """Another writer won the race: let it finish before reading again."""
