@@ -26,6 +26,10 @@ read changed meanwhile, nothing is written and the operation starts again from t
 change-writing operation also compares the revision counter key, so changes commit one at a time,
 in the order of their revisions. The operations of one store take turns (a lock), so a process's
 own tasks never fail each other's compares; other clients race, and the compares keep that safe.
+A release, and puts fenced by leases only (a leader's writes), first try one round trip that
+compares the counter as this store last saw it and the lease's holder, epoch and expiry; when
+another client changed something since, that try fails and they read, then write (three round
+trips instead of two).
 
 *Revisions* are baton's own counter (the key ``rev``): etcd gives a whole transaction one
 revision, while the contract wants one per change. The change log is one key per revision,
