@@ -4,6 +4,7 @@ field becomes an argument or an option is said in :mod:`baton.cascade.verb`."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
@@ -62,6 +63,16 @@ class Check(OnNodeOption):
 
 class RootOf(OnSet):
     set: NodeName = positional("The set's name.")
+
+
+class OnOff(StrEnum):
+    ON = "on"
+    OFF = "off"
+
+
+class AutoFailover(OnSet):
+    set: NodeName = positional("The set's name.")
+    state: OnOff = positional("on or off.")
 
 
 class Failover(OnSet):
@@ -172,6 +183,7 @@ class Emit(OnSet):
 __all__ = [
     "AddSeq",
     "AddTable",
+    "AutoFailover",
     "Candidates",
     "ChangeProvider",
     "Check",
@@ -184,6 +196,7 @@ __all__ = [
     "ExecuteFile",
     "Failover",
     "OnNodeOption",
+    "OnOff",
     "RemoveSeq",
     "RemoveTable",
     "ReplaceNode",

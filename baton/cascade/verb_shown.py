@@ -257,7 +257,8 @@ def members(args: object, r: tuple[str, list[observe.Member]]) -> list[Shown]:
 def status(args: object, r: commands.SetStatus) -> list[Shown]:
     watermark = "-" if r.global_watermark is None else r.global_watermark
     out: list[Shown] = [
-        f"set {r.set_name}: root {r.root or 'none (use failover)'}, global watermark {watermark}"
+        f"set {r.set_name}: root {r.root or 'none (use failover)'}, global watermark {watermark}",
+        f"automatic failover: {'on' if r.auto_failover else 'off'}",
     ]
     idle = [m for m in r.members if not m.dead and m.reachable and not _served(m)]
     if idle:
@@ -320,6 +321,7 @@ def checked(args: Check, r: dict[str, Any]) -> list[Shown]:
 
 __all__ = [
     "added",
+    "auto_failover",
     "candidates",
     "checked",
     "created",
@@ -341,3 +343,13 @@ __all__ = [
     "tables",
     "tagged",
 ]
+
+
+def auto_failover(args: object, r: commands.AutoFailover) -> list[Shown]:
+    out: list[Shown] = [f"set {r.set}: automatic failover {'on' if r.on else 'off'}"]
+    if r.missed:
+        out.append(
+            f"not reached: {', '.join(r.missed)} (they keep their old setting, which this "
+            "newer one outweighs)"
+        )
+    return out

@@ -268,6 +268,18 @@ VERBS: list[Verb[Any, Any]] = [
         json=True,
     ),
     Verb(
+        "auto-failover",
+        "Turn automatic failover of SET on or off (off unless turned on).\n\n"
+        "When on, the elected actor of the node agents fails the root over as 'failover' "
+        "does once the root's node lost its membership, its worker group has no leader and "
+        "the other members agree they cannot reach it. Refused, changing nothing, for a set "
+        "with no branch to promote.",
+        a_.AutoFailover,
+        lambda a: commands.auto_failover(a.via, a.set, a.state is a_.OnOff.ON),
+        show.auto_failover,
+        json=True,
+    ),
+    Verb(
         "resurrect",
         "OLD_ROOT came back after a failover: save its lost events, make it a branch.",
         a_.Resurrect,

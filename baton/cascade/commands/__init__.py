@@ -77,9 +77,11 @@ from baton.cascade.commands.status import (
     triggers,
 )
 from baton.cascade.commands.switch import (
+    AutoFailover,
     FailedOver,
     Resurrected,
     Switched,
+    auto_failover,
     failover,
     replace_node,
     resurrect,
@@ -113,6 +115,7 @@ __all__ = [
     "POLL",
     "QUEUE_ONLY_NOTE",
     "QUEUE_ONLY_ROLE",
+    "AutoFailover",
     "Candidate",
     "Created",
     "Emitted",
@@ -136,6 +139,7 @@ __all__ = [
     "Tagged",
     "add_seq",
     "add_table",
+    "auto_failover",
     "candidates",
     "candidates_detail",
     "change_provider",

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import Any
 
-from baton.cascade import node_ops, observe, schema_check
+from baton.cascade import auto_switch, node_ops, observe, schema_check
 from baton.cascade.beat import ServiceState
 from baton.cascade.commands.sets import existing, known, open_set
 from baton.cascade.db import open_node_db
@@ -41,12 +41,15 @@ class SetStatus:
     root: str | None
     global_watermark: int | None
     members: list[observe.Member]
+    #: Automatic failover is on for the set (``auto-failover SET on``).
+    auto_failover: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "set": self.set_name,
             "root": self.root,
             "global_watermark": self.global_watermark,
+            "auto_failover": self.auto_failover,
             "members": [member_dict(m) for m in self.members],
         }
 
@@ -77,7 +80,9 @@ def status(via: str) -> SetStatus:
     """The set: its live root, global watermark and members."""
     c = open_set(via)
     root, watermark, found = observe.status(c)
-    return SetStatus(c.set_name, root, watermark, _queue_only(found))
+    return SetStatus(
+        c.set_name, root, watermark, _queue_only(found), auto_failover=auto_switch.switch_of(c)
+    )
 
 
 def root(via: str, set_name: str) -> Root:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from baton.cascade import handover, node_replace, set_ops, takeover
+from baton.cascade import auto_switch, handover, node_replace, set_ops, takeover
 from baton.cascade.commands.sets import MAX_BEHIND, known, open_set
 from baton.cascade.handover import SwitchPlan
 from baton.errors import CascadeInputError
@@ -120,3 +120,23 @@ def replace_node(
     c = open_set(via)
     known(c, new, old)
     return node_replace.replace(c, new, old, failover=failover, timeout=timeout)
+
+
+# -- automatic failover's switch --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AutoFailover:
+    set: str
+    on: bool
+    #: Members not reached (they keep their old copy, which the new one outweighs).
+    missed: list[str]
+
+
+def auto_failover(via: str, set_name: str, on: bool) -> AutoFailover:
+    """Turn automatic failover of ``set_name`` on or off (see :mod:`baton.cascade.auto_switch`
+    for where the switch lives). Refused, changing nothing, for a set of another name or, to
+    turn it on, a set without a branch to promote."""
+    c = open_set(via)
+    missed = auto_switch.set_switch(c, set_name, on)
+    return AutoFailover(set_name, on, missed)
