@@ -6,6 +6,7 @@ Leases::
     controller               the placement controller role (every node agent campaigns)
     members/<node>           a node agent's membership: live while held
     cascade/<set>/<node>     leadership of a cascade node's service (``baton cascade run``)
+    auto-failover            the actor of automatic set failover (every node agent campaigns)
 
 Records::
 
@@ -15,6 +16,10 @@ Records::
     groups/<name>/<p>        the control group of partition ``p``: written only by the
                              controller, each write conditioned on its lease and epoch
     drain/<node>             a drain request for ``node``
+    reach/<set>/<node>       whether cascade node ``node``'s host reaches its set's root (the
+                             false-positive guard of automatic failover), with the store time
+    auto-failover/<set>      the last automatic failover of ``set``, written under the actor's
+                             lease (its epoch, the decision)
 
 Epoch counters (:meth:`~baton.store.Store.next_epochs`)::
 
@@ -34,6 +39,8 @@ OBJECTS = "objects/"
 GROUPS = "groups/"
 DRAIN = "drain/"
 CASCADE = "cascade/"
+AUTO_FAILOVER = "auto-failover"
+REACH = "reach/"
 
 
 def member(node: str) -> str:
@@ -70,3 +77,13 @@ def drain_record(node: str) -> str:
 def cascade_lease(set_name: str, node: str) -> str:
     """The lease whose holder runs the service of cascade node ``node`` of set ``set_name``."""
     return f"{CASCADE}{set_name}/{node}"
+
+
+def reach_record(set_name: str, node: str) -> str:
+    """Whether cascade node ``node`` of ``set_name`` reaches the set's root, as its host said."""
+    return f"{REACH}{set_name}/{node}"
+
+
+def auto_failover_record(set_name: str) -> str:
+    """The last automatic failover of ``set_name``."""
+    return f"{AUTO_FAILOVER}/{set_name}"
