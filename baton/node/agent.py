@@ -31,6 +31,7 @@ from baton.errors import (
 )
 from baton.keys import CONTROLLER, MEMBERS, member, node_record
 from baton.lease.election import Election, ElectionEvent, LeadershipLost, NewState, State, Term
+from baton.lease.role import Role
 from baton.logs import describe
 from baton.node.config import NodeConfig
 from baton.node.metrics import NodeMetrics
@@ -40,8 +41,19 @@ from baton.node.status import Lapses, cluster_status
 from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
+from baton.service.auto_failover import AutoFailover
+from baton.service.reach import Prober
+from baton.service.workload import CascadeWorker
 from baton.spark.lifecycle import SessionSpec, SparkSessions
-from baton.store import START_WAIT, ChangeKind, Store, TxnResult, connect_waiting, open_store
+from baton.store import (
+    START_WAIT,
+    ChangeKind,
+    Lease,
+    Store,
+    TxnResult,
+    connect_waiting,
+    open_store,
+)
 
 if TYPE_CHECKING:
     from baton.failover.roles import Roles
@@ -88,6 +100,8 @@ class NodeAgent:
         self._watch_task: asyncio.Task[None] | None = None
         self._placement_task: asyncio.Task[None] | None = None
         self._demotion_task: asyncio.Task[None] | None = None
+        self._auto_task: asyncio.Task[None] | None = None
+        self._probe_task: asyncio.Task[None] | None = None
         self.types = load_types(config.workloads)
         host, _ = config.host_port()
         self.peers = Peers(config.cluster_token, max(1.0, self.timings.request_timeout), host)
@@ -136,6 +150,12 @@ class NodeAgent:
             self.metrics,
             interval=config.placement.reconcile_interval,
         )
+        # Automatic set failover (issue 30): every agent campaigns for its one actor, and
+        # reports whether the cascade nodes it serves reach their sets' roots (the guard).
+        self.auto_failover = AutoFailover(
+            self.store, config.node_id, self.timings, registry=self.metrics.registry
+        )
+        self.prober = Prober(self.store, self._served_nodes, self._membership_lease)
 
     @property
     def node_id(self) -> str:
@@ -169,6 +189,18 @@ class NodeAgent:
         if name and self.sessions.connect:
             return self.sessions.named(f"baton-object:{name}")
         return self.sessions.session()
+
+    def _served_nodes(self) -> list[str]:
+        """The node databases of the cascade nodes whose service this agent leads."""
+        return sorted(
+            m.workload.location
+            for m in self.runner.members.values()
+            if isinstance(m.workload, CascadeWorker) and m.role is Role.LEADER
+        )
+
+    def _membership_lease(self) -> Lease | None:
+        term = self.membership.term
+        return None if term is None else term.lease
 
     def _on_membership(self, event: ElectionEvent) -> None:
         if isinstance(event, LeadershipLost):
@@ -318,12 +350,16 @@ class NodeAgent:
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
         self._placement_task = asyncio.create_task(self.placement.run(), name="placement")
         self._demotion_task = asyncio.create_task(self.runner.watch_demotions(), name="demotions")
+        self._auto_task = asyncio.create_task(self.auto_failover.run(), name="auto-failover")
+        self._probe_task = asyncio.create_task(self.prober.run(), name="reach-probe")
         log.info("node started", extra={"epoch": term.epoch})
 
     async def stop(self) -> None:
         """Resign every role and release membership, so successors start at once. The
         controller role is handed to a live node by name (no election timeout to wait)."""
-        for task in (self._watch_task, self._placement_task, self._demotion_task):
+        tasks = (self._watch_task, self._placement_task, self._demotion_task, self._auto_task,
+                 self._probe_task)  # fmt: skip
+        for task in tasks:
             if task is not None:
                 task.cancel()
                 # Bounded: a stop must release the leases even if a task misbehaves.
