@@ -79,6 +79,8 @@ class AutoFailover:
         self.election = Election(store, AUTO_FAILOVER, node_id, timings, clock=clock)
         #: Set -> the clock's monotonic time the root was first seen lost (for the log line).
         self._lost_since: dict[str, float] = {}
+        #: Passes made so far (while leading).
+        self.passes = 0
         self.decisions = Counter(
             "baton_cascade_auto_failover_decisions_total",
             "Automatic failover's decisions, per set and action",
@@ -117,6 +119,7 @@ class AutoFailover:
         cluster = await read_cluster(self.store, self.fresh)
         views = await asyncio.to_thread(observe, cluster)
         observed = self.clock.monotonic() - started
+        self.passes += 1
         out = []
         for c, view in views:
             decision = decide_failover(view)

@@ -53,6 +53,8 @@ class Cluster:
     run_leases: frozenset[str]
     #: ``<set>/<node>`` -> whether it reaches the root (fresh reports only).
     reaches: Mapping[str, bool] = field(default_factory=dict)
+    #: The node databases of the members that reported (fresh reports only).
+    reporters: tuple[str, ...] = ()
 
 
 async def read_cluster(store: Store, fresh: float = REACH_FRESH) -> Cluster:
@@ -72,14 +74,17 @@ async def read_cluster(store: Store, fresh: float = REACH_FRESH) -> Cluster:
     now = await store.now()
     records, _ = await store.list(REACH)
     reaches = {}
+    reporters = []
     for rec in records:
         try:
             body = json.loads(rec.value)
             if now - float(body["at"]) <= fresh:
                 reaches[rec.key.removeprefix(REACH)] = bool(body["reaches"])
+                if isinstance(body.get("location"), str) and body["location"]:
+                    reporters.append(body["location"])
         except (ValueError, KeyError, TypeError):
             continue  # not a report baton wrote: no answer
-    return Cluster(placed, live, runs, reaches)
+    return Cluster(placed, live, runs, reaches, tuple(reporters))
 
 
 def _identify(location: str) -> tuple[str, str, bool] | None:
@@ -111,7 +116,8 @@ def _root_of(view: Mapping[str, MemberView]) -> str | None:
 
 def observe(cluster: Cluster) -> list[tuple[CascadeSet, SetView]]:
     """Every set with automatic failover on, as the decision reads it (blocking: node
-    databases). A set none of whose placed members can be read is skipped: nothing to act
+    databases). Sets are found through their placed members and the members that report
+    reaching their root; a set none of whose members can be read is skipped: nothing to act
     through."""
     by_set: dict[str, dict[str, Placed]] = {}
     vias: dict[str, list[tuple[bool, str]]] = {}
@@ -120,6 +126,13 @@ def observe(cluster: Cluster) -> list[tuple[CascadeSet, SetView]]:
         if found is not None:
             by_set.setdefault(found[0], {})[found[1]] = p
             vias.setdefault(found[0], []).append((found[2], p.location))
+    # A set none of whose nodes is placed (run by ``baton cascade run``) is found through the
+    # members that report whether they reach its root.
+    for location in cluster.reporters:
+        found = _identify(location)
+        if found is not None:
+            by_set.setdefault(found[0], {})
+            vias.setdefault(found[0], []).append((found[2], location))
     out = []
     for set_name, placed in sorted(by_set.items()):
         # Seen through a member that is not a root first: a failover tags the old root dead

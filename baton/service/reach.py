@@ -49,6 +49,8 @@ class Reach:
     reaches: bool
     #: Why not, in a few words ("" when it reaches the root).
     why: str = ""
+    #: The reporting node's database (the actor can reach the set through it).
+    location: str = ""
 
 
 def probe(location: str, now: float | None = None) -> Reach | None:
@@ -64,31 +66,35 @@ def probe(location: str, now: float | None = None) -> Reach | None:
     if st.role is Role.ROOT:
         return None
     at = time.time() if now is None else now
+
+    def said(root: str | None, reaches: bool, why: str = "") -> Reach:
+        return Reach(st.set_name, st.name, root, reaches, why, location)
+
     current, walked = st.provider, {st.name}
     while current is not None and current not in walked:
         walked.add(current)
         found = nodes.get(current)
         if found is None:
-            return Reach(st.set_name, st.name, None, False, f"{current} is not in its node list")
+            return said(None, False, f"{current} is not in its node list")
         try:
             with open_node_db(found[0], readonly=True) as pdb:
                 pst = pdb.state()
                 served = beat.read(pdb)
         except (CascadeError, OSError):
-            return Reach(st.set_name, st.name, current, False, f"{current} does not answer")
+            return said(current, False, f"{current} does not answer")
         if pst.role is Role.ROOT:
             if served is not None and served.state(at) is ServiceState.RUNNING:
-                return Reach(st.set_name, st.name, current, True)
-            return Reach(st.set_name, st.name, current, False, f"{current} is not served")
+                return said(current, True)
+            return said(current, False, f"{current} is not served")
         current = pst.provider
-    return Reach(st.set_name, st.name, None, False, "no root up its providers")
+    return said(None, False, "no root up its providers")
 
 
 async def report(store: Store, found: Reach, lease: Lease | None) -> bool:
     """Write ``found`` with the store's time, conditioned on ``lease`` (the host's membership);
     whether it was written."""
     body = {"root": found.root, "reaches": found.reaches, "why": found.why,
-            "at": await store.now()}  # fmt: skip
+            "location": found.location, "at": await store.now()}  # fmt: skip
     res = await store.put(
         reach_record(found.set_name, found.node), json.dumps(body).encode(), lease=lease
     )

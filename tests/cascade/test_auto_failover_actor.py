@@ -187,7 +187,8 @@ async def test_the_probe_and_its_reports(world: World) -> None:
         write_beat(db, Beat("h:1", 1, now, Phase.TICKING))
     found = probe(w.loc["s3"], now)
     assert found is not None and found.reaches and found.root == "s1"
-    assert probe(w.loc["s3"], now + 60) == Reach("S", "s3", "s1", False, "s1 is not served")
+    gone = Reach("S", "s3", "s1", False, "s1 is not served", w.loc["s3"])
+    assert probe(w.loc["s3"], now + 60) == gone
     # Reported under the host's membership, with the store's time; fresh for a while only.
     held = await w.store.acquire(member("c"), "c", SLOW.ttl)
     prober = Prober(w.store, lambda: [w.loc["s1"], w.loc["s3"]], lambda: held, clock=w.clock)

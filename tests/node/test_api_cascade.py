@@ -175,7 +175,7 @@ async def test_build_and_operate_a_set(agent: NodeAgent, cset: Set) -> None:
 
         # Status: the set, its root and watermark, and each member with its lag.
         status = await call(c, "GET", "status", {"via": s.loc("s2")})
-        assert set(status) == {"set", "root", "global_watermark", "members"}
+        assert set(status) == {"set", "root", "global_watermark", "auto_failover", "members"}
         assert (status["set"], status["root"], status["global_watermark"]) == ("S", "s1", 0)
         assert status["members"] == await call(c, "GET", "members", {"via": via})
         for m in status["members"]:
@@ -406,6 +406,7 @@ ROUTES = {
     ("GET", "check"), ("POST", "create-node"), ("POST", "add-seq"), ("POST", "remove-seq"),
     ("GET", "seqs"), ("GET", "fkeys"), ("GET", "triggers"), ("POST", "execute"),
     ("POST", "node-switchover"), ("POST", "node-failover"), ("GET", "root"),
+    ("POST", "auto-failover"),
 }  # fmt: skip
 
 
