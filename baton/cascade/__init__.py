@@ -19,8 +19,9 @@ object) is :mod:`baton.service`.
 - :mod:`~baton.cascade.root`: where writers write (the set's current root, found through its
   members), and :mod:`~baton.cascade.writer`: a connection to it and a writer that follows it
   after a switchover or failover;
-- :mod:`~baton.cascade.auto_failover`: automatic failover's decision, a pure function (not
-  wired into the controller yet);
+- :mod:`~baton.cascade.auto_failover`: automatic failover's decision, a pure function (its
+  actor is :mod:`baton.service.auto_failover`), and :mod:`~baton.cascade.auto_switch`: the
+  per-set switch, kept in the members' databases, and the actor's epoch fence;
 - :mod:`~baton.cascade.commands`: the thin adapter the CLI and the node API share (arguments
   in, one operation, results and kinds of error out);
 - :mod:`~baton.cascade.verbs`: every verb declared once (:mod:`~baton.cascade.verb`: what a

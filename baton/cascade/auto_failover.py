@@ -1,7 +1,8 @@
 """Automatic set failover, the decision alone (issue 30, step 1): given what was observed of a
 set, do nothing, wait (and why), or fail the root over to a branch. A pure function, as
 :mod:`baton.placement.decide` is: no I/O, no clock. The actor that observes the set and runs
-the failover ``baton cascade failover`` runs is not here (nor wired into the controller yet).
+the failover ``baton cascade failover`` runs is :mod:`baton.service.auto_failover`, elected
+among the node agents; the per-set switch is :mod:`baton.cascade.auto_switch`.
 
 A root is **lost** when its node's membership is gone *and* its cascade-worker group has no
 leader: a node that still holds its membership, or a service still leading, is not lost (a

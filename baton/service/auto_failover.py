@@ -13,7 +13,8 @@ epoch (:func:`baton.cascade.auto_switch.fence`: a member that has seen a higher 
 A refusal at any step changes nothing and is logged; the failover itself is resumable, so a
 successor that finds it half done finishes it.
 
-Every decision on a set whose switch is on is one log line (``auto-failover decision``: set,
+A decision on a set whose switch is on is one log line when it differs from the last one
+logged, and at every failover (``auto-failover decision``: set,
 action, reason, the seconds the pass observed for, the seconds the root has been seen lost, the
 failover's seconds, the epoch), and the counter ``baton_cascade_auto_failover_decisions_total``
 (labels set, action) and ``baton_cascade_auto_failovers_total`` (set, outcome) count them.
@@ -32,7 +33,7 @@ from baton.cascade import auto_switch, set_ops, takeover
 from baton.cascade.auto_failover import Action, Decision, decide_failover
 from baton.cascade.set_ops import CascadeSet
 from baton.clock import SYSTEM, Clock
-from baton.errors import CascadeError, LeaseLost, StaleEpoch, StoreError
+from baton.errors import BatonError, CascadeError, LeaseLost, StaleEpoch, StoreError
 from baton.keys import AUTO_FAILOVER, auto_failover_record
 from baton.lease.election import Election, Term
 from baton.lease.timings import Timings
@@ -81,6 +82,9 @@ class AutoFailover:
         self._lost_since: dict[str, float] = {}
         #: Passes made so far (while leading).
         self.passes = 0
+        #: Set -> the last (action, reason) logged: a decision is logged when it changes, so a
+        #: healthy set says "nothing" once, not every second.
+        self._said: dict[str, tuple[Action, str]] = {}
         self.decisions = Counter(
             "baton_cascade_auto_failover_decisions_total",
             "Automatic failover's decisions, per set and action",
@@ -106,8 +110,14 @@ class AutoFailover:
                             await self.clock.sleep(self.interval)
                 except LeaseLost as exc:
                     log.info("auto-failover actor deposed", extra={"error": describe(exc)})
-                except (StoreError, CascadeError, OSError) as exc:
-                    log.warning("auto-failover pass failed", extra={"error": describe(exc)})
+                except Exception as exc:
+                    # Keep campaigning whatever a pass met (a store or database that failed,
+                    # or a bug, whose trace is kept): the next pass decides again.
+                    log.warning(
+                        "auto-failover pass failed",
+                        extra={"error": describe(exc)},
+                        exc_info=not isinstance(exc, BatonError | OSError),
+                    )
                     await self.clock.sleep(self.interval)
         finally:
             await self.election.stop()
@@ -135,6 +145,11 @@ class AutoFailover:
                 outcome = await self._fail_over(c, term, decision)
                 took = self.clock.monotonic() - now
             self.decisions.labels(view.set_name, decision.action.value).inc()
+            said = (decision.action, decision.reason)
+            if decision.action is not Action.FAILOVER and self._said.get(view.set_name) == said:
+                out.append(outcome)
+                continue
+            self._said[view.set_name] = said
             log.log(
                 logging.WARNING if decision.action is Action.FAILOVER else logging.INFO,
                 "auto-failover decision",

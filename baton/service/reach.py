@@ -137,8 +137,13 @@ class Prober:
         while True:
             try:
                 await self.once()
-            except (StoreError, CascadeError, OSError) as exc:
-                log.warning("reach probe failed", extra={"error": describe(exc)})
+            except Exception as exc:
+                # Probe again next time whatever this one met (a bug's trace is kept).
+                log.warning(
+                    "reach probe failed",
+                    extra={"error": describe(exc)},
+                    exc_info=not isinstance(exc, StoreError | CascadeError | OSError),
+                )
             await self.clock.sleep(self.interval)
 
 
