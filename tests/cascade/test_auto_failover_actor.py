@@ -8,8 +8,11 @@ Set S: s1 root (served by agent a) -> s2 branch (agent b) -> s3 leaf (agent c), 
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from baton.cascade.beat import Beat, Phase
 from baton.cascade.beat import write as write_beat
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
-from baton.errors import StaleEpoch
+from baton.errors import CascadeError, StaleEpoch
 from baton.keys import group_record, member
 from baton.lease.election import Term
 from baton.lease.timings import Timings
@@ -34,6 +37,7 @@ from baton.store.sqlite import SQLiteStore
 from baton.testing import ManualClock
 from baton.testing.workload import create_accounts
 from tests.cascade.test_root_writer import catch_up, tick
+from tests.test_cli import BATON
 
 SLOW = Timings(
     ttl=30.0,
@@ -198,3 +202,45 @@ async def test_the_probe_and_its_reports(world: World) -> None:
     assert (await read_cluster(w.store)).reaches == {}
     # No membership, no report.
     assert await Prober(w.store, lambda: [w.loc["s3"]], lambda: None).once() == []
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [BATON, "cascade", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_switch_through_the_cli(tmp_path: Path) -> None:
+    loc = {n: f"sqlite://{tmp_path / n}.db" for n in ("s1", "s3", "s2")}
+    for n in loc:
+        create_accounts(tmp_path / f"{n}.db")
+    commands.create_root("s1", loc["s1"], "S")
+    commands.create_subscriber(Role.LEAF, "s3", loc["s3"], "s1", loc["s1"])
+
+    def switches() -> list[object]:
+        out = []
+        for location in loc.values():  # s2 is not a node yet: skipped
+            with suppress(CascadeError), open_node_db(location, readonly=True) as db:
+                out.append(auto_switch.read_switch(db))
+        return out
+
+    # Bad input: one line, exit 2, nothing written anywhere.
+    for args, says in (
+        (["S", "on"], "set S has no branch to promote"),
+        (["T", "on"], "no set 'T' at that member: it is in set S"),
+    ):
+        res = cli("auto-failover", *args, "--via", loc["s3"])
+        assert res.returncode == 2 and res.stdout == "", res
+        (line,) = res.stderr.splitlines()
+        assert line.startswith(f"baton: error: {says}"), line
+        assert switches() == [None, None]
+    commands.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    res = cli("auto-failover", "S", "on", "--via", loc["s3"], "--json")
+    assert res.returncode == 0 and json.loads(res.stdout) == {"set": "S", "on": True,
+                                                             "missed": []}  # fmt: skip
+    status = json.loads(cli("status", "--via", loc["s2"], "--json").stdout)
+    assert status["auto_failover"] is True
+    assert cli("auto-failover", "S", "off", "--via", loc["s1"]).stdout.splitlines() == [
+        "set S: automatic failover off"
+    ]
+    assert not commands.status(loc["s2"]).auto_failover
