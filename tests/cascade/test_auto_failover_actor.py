@@ -217,7 +217,7 @@ def test_the_switch_through_the_cli(tmp_path: Path) -> None:
     commands.create_root("s1", loc["s1"], "S")
     commands.create_subscriber(Role.LEAF, "s3", loc["s3"], "s1", loc["s1"])
 
-    def switches() -> list[object]:
+    def switches() -> list[auto_switch.Switch | None]:
         out = []
         for location in loc.values():  # s2 is not a node yet: skipped
             with suppress(CascadeError), open_node_db(location, readonly=True) as db:
