@@ -165,6 +165,19 @@ async def test_a_stale_epoch_is_refused_and_changes_nothing(world: World) -> Non
     assert w.role("s1") is Role.ROOT and w.role("s2") is Role.BRANCH
 
 
+async def test_a_deposed_actor_changes_nothing(world: World) -> None:
+    w = world
+    await w.live("b", "c")
+    commands.auto_failover(w.loc["s2"], "S", True)
+    await w.reach("s2", False)
+    await w.reach("s3", False)
+    await w.actor.election.stop()  # resigned: its term is over
+    (out,) = await w.actor.pass_once(w.term)
+    assert out.decision.action == "failover" and out.promoted is None and out.refused
+    assert w.role("s1") is Role.ROOT and w.count("refused") == 1
+    assert await w.store.get("auto-failover/S") is None
+
+
 async def test_the_root_placed_with_a_live_standby_is_not_lost(world: World) -> None:
     w = world
     # s1's group has a standby on b, which holds its membership: placement moves the
