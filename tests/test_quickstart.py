@@ -72,6 +72,7 @@ def test_sh_blocks_are_the_walk() -> None:
     assert "make setup" not in script  # the set-up block is shown, not run
 
 
+@pytest.mark.long
 @pytest.mark.timeout(420)
 def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     # make setup installs it; never skipped in CI.

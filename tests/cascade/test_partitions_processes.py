@@ -86,6 +86,7 @@ def rows(location: str) -> list[tuple[int, int]]:
         return [(int(r[0]), int(r[1])) for r in db.read_rows("accounts")]
 
 
+@pytest.mark.long
 def test_four_partitions_lose_the_combined_root(tmp_path: Path, pg_location: str) -> None:
     loc = {f"{p}1": f"sqlite://{tmp_path}/{p}1.db" for p in PARTS}
     loc |= {

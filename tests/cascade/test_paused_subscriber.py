@@ -53,6 +53,7 @@ def cli(*args: str) -> str:
     return res.stdout
 
 
+@pytest.mark.long
 @pytest.mark.timeout(480)  # three Spark JVMs start one after another on two cores
 def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
     loc = {n: f"sqlite://{tmp_path}/{n}.db" for n in ("s1", "s2", "s3")}

@@ -28,7 +28,11 @@ def jvm_of(proc: Proc) -> int | None:
     return found[0] if found else None
 
 
-@pytest.mark.parametrize("mode", ["micro-batch", "low-latency"])
+# The micro-batch run (about a minute) is one of `make long`'s; low-latency, the local default,
+# stays in `make test`.
+@pytest.mark.parametrize(
+    "mode", [pytest.param("micro-batch", marks=pytest.mark.long), "low-latency"]
+)
 def test_worker_and_jvm_killed_mid_stream(tmp_path: Path, mode: str) -> None:
     loc = root_and_branch(tmp_path)
     store = f"sqlite://{tmp_path / 'store.db'}"

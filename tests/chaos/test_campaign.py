@@ -25,6 +25,7 @@ SEED = 20261125
 # long campaign; a duration let a slow machine run a second round), the cluster's start and
 # the final settle: about 90 s here, well past the suite's default per-test limit, and the
 # limit must not cut the campaign short.
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_short_campaign_finds_no_violation(tmp_path: Path) -> None:
     out = tmp_path / "run"

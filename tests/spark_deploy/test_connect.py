@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from baton.cascade.db import open_node_db
 from baton.local.cluster import LocalCluster
 from baton.local.waiting import wait_for
@@ -58,6 +60,7 @@ def stopped_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if "stopping the query of an older worker" in line]
 
 
+@pytest.mark.long
 def test_killed_connect_client_is_replaced(connect_server: ConnectServer, cascade: Cascade) -> None:
     subs_locations = [cascade.loc["s2"], cascade.loc["s3"]]
     session = "baton-cascade-run:" + ",".join(sorted(subs_locations))

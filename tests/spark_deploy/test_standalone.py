@@ -11,11 +11,14 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from baton.local.waiting import wait_for
 from baton.testing.spark_servers import StandaloneCluster
 from tests.spark_deploy.procs import Cascade
 
 
+@pytest.mark.long
 def test_cascade_on_a_standalone_cluster(standalone: StandaloneCluster, cascade: Cascade) -> None:
     cascade.run("root", [cascade.loc["s1"]])
     subs = cascade.run(
