@@ -22,7 +22,7 @@ test: lint
 	$(BIN)/pytest -q -p no:cacheprovider -m "not long"
 
 # The long black-box runs: the quickstart as written, the short fault campaign, seed 004's four
-# partitions, a frozen subscriber, kills on Spark Connect and standalone. CI runs them too.
+# partitions, a frozen subscriber, Spark Connect and standalone clusters. CI runs them too.
 long: setup
 	$(BIN)/pytest -q -p no:cacheprovider -m long
 

@@ -123,6 +123,7 @@ def _group(c: LocalCluster, name: str) -> dict[str, Any] | None:
     return next((g for g in view["groups"] if g["group"] == f"{name}/0"), None)
 
 
+@pytest.mark.long
 def test_placed_worker_moves_and_its_orphan_is_stopped(
     connect_server: ConnectServer, tmp_path: Path
 ) -> None:
