@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 # Quiet local Spark sessions start from the class archive `make setup` builds (if it could).
 export BATON_SPARK_CLASS_ARCHIVE := $(CURDIR)/$(VENV)/spark-classes.jsa
 
-.PHONY: setup demo test long lint unit bench chaos clean
+.PHONY: setup demo test lint unit bench chaos clean
 
 setup:
 	@./scripts/setup.sh
@@ -17,14 +17,10 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Every test but the long black-box runs (marked `long`): under 20 minutes on 2 cores.
+# The whole suite. (`pytest -m "not long"` leaves out the eight black-box runs of a minute or
+# more, for a quicker loop while working; make test and CI always run everything.)
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider -m "not long"
-
-# The long black-box runs: the quickstart as written, the short fault campaign, seed 004's four
-# partitions, a frozen subscriber, Spark Connect and standalone clusters. CI runs them too.
-long: setup
-	$(BIN)/pytest -q -p no:cacheprovider -m long
+	$(BIN)/pytest -q -p no:cacheprovider
 
 bench: setup
 	@BATON_BENCH=1 ./scripts/setup.sh

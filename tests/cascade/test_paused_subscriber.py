@@ -30,17 +30,24 @@ T = TypeVar("T")
 
 
 def steady(read: Callable[[], T]) -> T:
-    """``read()``, again while SQLite says a frozen process holds a WAL lock: this test freezes
+    """``read()``, again while SQLite says a frozen process holds a lock: this test freezes
     processes at random points, and one frozen in the instant it updates a read mark makes
-    other readers give up with "locking protocol" (baton retries it as an unreachable node;
-    so does this test's own reading)."""
+    other readers give up with "locking protocol"; one frozen while it holds the database's
+    lock for a moment (the last connection closing checkpoints under an exclusive lock) makes
+    them give up with "database is locked" after their busy timeout. baton retries both as an
+    unreachable node; so does this test's own reading, for 30 s: a lock held longer fails it."""
     deadline = time.monotonic() + 30
     while True:
         try:
             return read()
         except (NodeUnreachable, sqlite3.OperationalError) as exc:
             code = getattr(exc.__cause__ or exc, "sqlite_errorcode", None)
-            if code != sqlite3.SQLITE_PROTOCOL or time.monotonic() > deadline:
+            # The primary code (an extended one, e.g. SQLITE_BUSY_RECOVERY, is in the high bits).
+            retried = code is not None and (code & 0xFF) in (
+                sqlite3.SQLITE_PROTOCOL,
+                sqlite3.SQLITE_BUSY,
+            )
+            if not retried or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
