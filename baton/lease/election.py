@@ -330,7 +330,16 @@ class Election:
         not an error (as etcd's ``Resign``)."""
         if self.state is not State.LEADER:
             return False
-        await self._step_down(LossReason.RELEASED, successor=None)
+        try:
+            await self._step_down(LossReason.RELEASED, successor=None)
+        except (StoreError, TimeoutError) as exc:
+            # It has stopped leading already (stepping down stops first); only the release did
+            # not reach the store, so the lease lapses at its ttl instead of at once. Not the
+            # caller's error: `baton elect` resigning after its command must not fail on it.
+            log.warning(
+                "resign: the lease could not be released; it lapses at its ttl",
+                extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
+            )
         return True
 
     async def elect(self, node_id: str) -> None:

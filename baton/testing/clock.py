@@ -149,15 +149,18 @@ class ManualClock:
         limit: float,
         step: float = 0.01,
         what: str = "the condition",
+        pause: float = 0.001,
     ) -> float:
         """Advance in ``step``s until ``condition()`` holds; fail after ``limit`` seconds of
-        clock time. Between steps the loop gets a real millisecond, for store calls in flight:
-        keep ``step`` well below the request timeouts of the parts under test, or a slow real
-        call could see its clock-time timeout pass. Returns the clock time it took."""
+        clock time. Between steps the loop gets ``pause`` real seconds, for store calls in
+        flight: keep ``step`` well below the request timeouts of the parts under test, or a slow
+        real call could see its clock-time timeout pass. A longer ``pause`` gives what waits on
+        real time (a store's change feed rechecks an idle feed every real second) time to run.
+        Returns the clock time it took."""
         began = self._now
         while not condition():
             if self._now - began >= limit:
                 raise AssertionError(f"{what} did not happen within {limit} s of clock time")
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(pause)
             await self.advance(step)
         return self._now - began

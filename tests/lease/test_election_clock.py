@@ -4,6 +4,7 @@ a ttl of 30 s costs milliseconds and a loaded machine cannot stretch or shrink i
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -92,7 +93,11 @@ async def test_a_paused_leader_wakes_with_its_term_over(tmp_path: Path) -> None:
                 await clock.sleep(3600)  # cancelled, not run out
         assert info.value.reason in (LossReason.EXPIRED, LossReason.PREEMPTED)
         # Someone leads again, in a new term (the paused node may win it back: it stopped).
-        await clock.run_until(lambda: len(leaders(es)) == 1, limit=10, step=0.1, what="a leader")
+        # The follower may learn of the expiry from the store's change feed, which waits on
+        # real time (an idle feed rechecks every real second): 10 ms real between steps.
+        await clock.run_until(
+            lambda: len(leaders(es)) == 1, limit=10, step=0.1, pause=0.01, what="a leader"
+        )
         (new,) = leaders(es)
         assert new.epoch is not None and new.epoch > term.epoch
         assert not (await leader.store.put("fenced", b"x", lease=term.lease)).ok
@@ -161,3 +166,25 @@ async def test_a_keeper_drops_what_it_cannot_renew_at_its_deadline(tmp_path: Pat
         assert start < before
     finally:
         await keeper.stop()
+
+
+async def test_a_resign_whose_release_times_out_still_steps_down(tmp_path: Path) -> None:
+    """The store stops answering as the leader resigns (as `baton elect` does after its
+    command): the resign is not an error, the leader has stopped, and a leader is elected
+    again in a newer term once the store answers."""
+    async with on_clock(tmp_path, 2) as (clock, es):
+        await clock.run_until(lambda: len(leaders(es)) == 1, limit=10, step=0.1, what="a leader")
+        (leader,) = leaders(es)
+        epoch = leader.epoch
+        assert isinstance(leader.store, SQLiteStore) and epoch is not None
+        with hung(leader.store):
+            resigning = asyncio.ensure_future(leader.resign())
+            await clock.run_until(resigning.done, limit=2 * SLOW.request_timeout, what="resign")
+            assert resigning.result() is True
+            assert not leader.is_leader
+        # The store's feed waits on real time (an idle feed rechecks every real second).
+        await clock.run_until(
+            lambda: len(leaders(es)) == 1, limit=3 * SLOW.ttl, step=0.1, pause=0.01, what="a leader"
+        )
+        (new,) = leaders(es)
+        assert new.epoch is not None and new.epoch > epoch
