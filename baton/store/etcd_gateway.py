@@ -48,6 +48,15 @@ REQUEST_TIMEOUT: Final = 5.0
 MAX_CONNECTIONS: Final = 64
 #: The oldest etcd whose gateway serves ``/v3/`` (3.3 had ``/v3beta``, 3.2 ``/v3alpha``).
 MIN_VERSION: Final = (3, 4)
+
+#: The login route: a refusal of it is about the credentials.
+AUTHENTICATE: Final = "/v3/auth/authenticate"
+#: gRPC status codes the gateway puts in a refusal's ``code`` (what baton decides on).
+GRPC_INVALID_ARGUMENT: Final = 3
+GRPC_DEADLINE_EXCEEDED: Final = 4
+GRPC_PERMISSION_DENIED: Final = 7
+GRPC_UNAVAILABLE: Final = 14
+GRPC_UNAUTHENTICATED: Final = 16
 #: How narrow :meth:`Gateway.calibrate` makes the clock's interval before a store grants
 #: anything, probing every ``CALIBRATION_STEP`` seconds for at most ``CALIBRATION_WAIT``.
 CLOCK_PRECISION: Final = 0.03
@@ -275,7 +284,7 @@ class Gateway:
     async def _login(self) -> None:
         body = {"name": self.target.user, "password": self.target.password or ""}
         self._token = None
-        answer = await self.post("/v3/auth/authenticate", body, idempotent=True, login=True)
+        answer = await self.post(AUTHENTICATE, body, idempotent=True, login=True)
         token = answer.get("token")
         if not isinstance(token, str) or not token:
             raise StoreUnavailable(
@@ -339,22 +348,26 @@ class Gateway:
             if res.status_code == 200:
                 answer: JSON = res.json()
                 return answer
-            detail = self._detail(res)
-            if "invalid auth token" in detail and not login and self.target.user:
+            code, detail = self._detail(res)
+            if code == GRPC_UNAUTHENTICATED and not login and self.target.user:
                 await self._login()  # the token expired: a refused request was not applied
                 continue
-            raise self.refused(path, detail)
+            raise self.refused(path, code, detail)
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
-    def _detail(res: httpx.Response) -> str:
+    def _detail(res: httpx.Response) -> tuple[int | None, str]:
+        """The gRPC status code of a refusal (None when the answer has none) and its text,
+        for messages only: decisions are made on the code."""
         try:
             answer = res.json()
         except ValueError:
-            return f"HTTP {res.status_code} {res.text[:120]}"
+            return None, f"HTTP {res.status_code} {res.text[:120]}"
         if isinstance(answer, dict):
-            return str(answer.get("error") or answer.get("message") or answer)
-        return str(answer)
+            code = answer.get("code")
+            text = str(answer.get("error") or answer.get("message") or answer)
+            return (code if isinstance(code, int) else None), text
+        return None, str(answer)
 
     def error(self, what: str, exc: httpx.HTTPError) -> StoreError:
         """Translate a transport failure (the one place httpx errors become baton's)."""
@@ -369,25 +382,27 @@ class Gateway:
             f"{self.endpoint}): check that etcd runs and is reachable"
         )
 
-    def refused(self, what: str, detail: str) -> StoreError:
-        """Translate an error the member answered with."""
+    def refused(self, what: str, code: int | None, detail: str) -> StoreError:
+        """Translate an error the member answered with, by its gRPC status code. etcd gives
+        a refused login and an anonymous request to a cluster with authentication the same
+        code (InvalidArgument): which request it was tells them apart."""
         where = f"etcd store {self.target.display} ({self.endpoint})"
-        low = detail.lower()
-        if "authentication failed" in low or "user name not found" in low:
+        if code == GRPC_INVALID_ARGUMENT and what == AUTHENTICATE:
             return StoreUnavailable(
                 f"{where} refused the credentials of user {self.target.user!r}: check the user "
                 "and password in the store URL"
             )
-        if "user name is empty" in low or "invalid auth token" in low:
+        anonymous = code in (GRPC_INVALID_ARGUMENT, GRPC_UNAUTHENTICATED) and not self.target.user
+        if anonymous:
             return StoreUnavailable(
                 f"{where} requires a login: put user:password@ before the host in the store URL"
             )
-        if "permission denied" in low:
+        if code == GRPC_PERMISSION_DENIED:
             return StoreUnavailable(
                 f"{where} denied {what} to user {self.target.user!r}: grant its role read and "
                 f"write on the prefix {self.target.prefix!r}"
             )
-        if "timed out" in low or "leader" in low:
+        if code in (GRPC_DEADLINE_EXCEEDED, GRPC_UNAVAILABLE):
             return StoreTimeout(f"{where} could not commit {what}: {detail}; retry")
         return StoreUnavailable(f"{where} refused {what}: {detail}")
 
@@ -404,7 +419,7 @@ class Gateway:
             ) as res:
                 if res.status_code != 200:
                     await res.aread()
-                    raise self.refused("watch", self._detail(res))
+                    raise self.refused("watch", *self._detail(res))
                 yield res.aiter_lines()
         except httpx.HTTPError as exc:
             error = self.error("watch", exc)
