@@ -37,6 +37,7 @@ from baton.errors import (
     StoreError,
     StoreTimeout,
     StoreUnavailable,
+    SyncTimeout,
 )
 from baton.lease.election import (
     Election,
@@ -136,6 +137,7 @@ __all__ = [
     "StoreTimeout",
     "StoreUnavailable",
     "SyncElection",
+    "SyncTimeout",
     "Term",
     "Timings",
     "TxnResult",

@@ -33,6 +33,8 @@ never reads a message.
     │   │   └── RootMoved          a write was refused at a node that is no longer the root;
     │   │                          nothing was written: run the transaction again
     │   ├── NotFinished            a switchover did not finish within its timeout: run it again
+    │   ├── SyncTimeout            sync mode: a transaction committed at the root was not yet
+    │   │                          confirmed on K branches in time (it is NOT lost)
     │   ├── NodeDatabaseError      a node database failed a statement (the driver's error is
     │   │   │                      its ``__cause__``)
     │   │   └── NodeUnreachable    a node database cannot be used now: down, locked past the
@@ -194,6 +196,25 @@ class RootMoved(Refused):
 
 class NotFinished(CascadeError):
     """A switchover did not finish within its timeout: run it again to finish it."""
+
+
+class SyncTimeout(CascadeError):
+    """Synchronous mode (``sync = K``): a transaction the writer committed at the root was not
+    confirmed on K branches within the writer's timeout. Unlike every other cascade error,
+    something WAS changed: the transaction is committed at the root and stays committed (it was
+    neither lost nor rolled back); it reaches the branches when they apply ``tick``. What is
+    missing is the confirmation that it would survive losing the root. ``root`` names the root,
+    ``tick`` the first root tick that includes the transaction, ``wanted`` is K and
+    ``confirmed`` the branches that held it when the writer gave up waiting."""
+
+    def __init__(
+        self, message: str, root: str, tick: int, wanted: int, confirmed: tuple[str, ...]
+    ) -> None:
+        super().__init__(message)
+        self.root = root
+        self.tick = tick
+        self.wanted = wanted
+        self.confirmed = confirmed
 
 
 class NodeDatabaseError(CascadeError):

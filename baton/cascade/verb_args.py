@@ -75,6 +75,14 @@ class AutoFailover(OnSet):
     state: OnOff = positional("on or off.")
 
 
+class Sync(OnSet):
+    set: NodeName = positional("The set's name.")
+    k: int = positional(
+        "How many branches must hold a transaction before the writer's commit returns "
+        "(0: asynchronous, the default)."
+    )
+
+
 class Failover(OnSet):
     dead_root: NodeName = positional()
 
@@ -203,4 +211,5 @@ __all__ = [
     "Resurrect",
     "RootOf",
     "Switchover",
+    "Sync",
 ]

@@ -259,6 +259,7 @@ def status(args: object, r: commands.SetStatus) -> list[Shown]:
     out: list[Shown] = [
         f"set {r.set_name}: root {r.root or 'none (use failover)'}, global watermark {watermark}",
         f"automatic failover: {'on' if r.auto_failover else 'off'}",
+        f"sync: {_sync_words(r.sync)}",
     ]
     idle = [m for m in r.members if not m.dead and m.reachable and not _served(m)]
     if idle:
@@ -340,6 +341,7 @@ __all__ = [
     "seqs",
     "status",
     "switched",
+    "sync_set",
     "tables",
     "tagged",
 ]
@@ -347,6 +349,23 @@ __all__ = [
 
 def auto_failover(args: object, r: commands.AutoFailover) -> list[Shown]:
     out: list[Shown] = [f"set {r.set}: automatic failover {'on' if r.on else 'off'}"]
+    if r.missed:
+        out.append(
+            f"not reached: {', '.join(r.missed)} (they keep their old setting, which this "
+            "newer one outweighs)"
+        )
+    return out
+
+
+def _sync_words(k: int) -> str:
+    if k == 0:
+        return "0 (asynchronous)"
+    held = "1 branch holds it" if k == 1 else f"{k} branches hold it"
+    return f"{k} (a commit returns once {held})"
+
+
+def sync_set(args: object, r: commands.SyncSet) -> list[Shown]:
+    out: list[Shown] = [f"set {r.set}: sync {_sync_words(r.sync)}"]
     if r.missed:
         out.append(
             f"not reached: {', '.join(r.missed)} (they keep their old setting, which this "

@@ -280,6 +280,19 @@ VERBS: list[Verb[Any, Any]] = [
         json=True,
     ),
     Verb(
+        "sync",
+        "Set synchronous mode of SET: K branches must hold a transaction before a writer's "
+        "commit returns (0: asynchronous, the default).\n\n"
+        "The writer helper (RootWriter) waits, after committing at the root, until K branches "
+        "applied the first root tick that includes the transaction; a failover then promotes "
+        "only a branch holding every acknowledged transaction. Refused, changing nothing, for "
+        "K larger than the set's branches.",
+        a_.Sync,
+        lambda a: commands.sync(a.via, a.set, a.k),
+        show.sync_set,
+        json=True,
+    ),
+    Verb(
         "resurrect",
         "OLD_ROOT came back after a failover: save its lost events, make it a branch.",
         a_.Resurrect,

@@ -16,6 +16,13 @@ finds the root again and, in :meth:`RootWriter.run`, runs the transaction once m
     with RootWriter("S", via=["sqlite:///srv/s1.db", "sqlite:///srv/s2.db"]) as writer:
         writer.run(lambda cur: cur.execute("UPDATE accounts SET balance = 0 WHERE id = 1"))
 
+**Synchronous mode** (``baton cascade sync SET K``, see :mod:`baton.cascade.sync_mode`): a
+:class:`RootWriter`'s commit returns only once K branches hold the transaction (their position
+at or past the first root tick that includes it, :mod:`baton.cascade.sync_wait`), or raises
+:class:`~baton.errors.SyncTimeout` after ``sync_timeout`` seconds, the transaction committed
+at the root but not yet confirmed. :func:`connect_root`'s plain connection commits as the
+driver does, without that wait.
+
 Connections are the drivers' own (:mod:`sqlite3`, psycopg 3): a location's password goes to
 the driver and nowhere else (errors show it as ``***``).
 """
@@ -29,8 +36,10 @@ from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from baton.cascade import sync_mode
 from baton.cascade.db.base import DENY_SQLSTATE
 from baton.cascade.root import Root, RootState, locate_root
+from baton.cascade.sync_wait import SYNC_TIMEOUT, Ack, Mark, covering_tick, mark, wait_confirmed
 from baton.errors import (
     CascadeInputError,
     NodeUnreachable,
@@ -142,6 +151,12 @@ class RootWriter:
     Not thread-safe: one writer per thread. ``recheck``: seconds after which the root is looked
     up again before a transaction (a failover's new root is found even while the old one still
     runs); None: only when a write is refused or the connection fails.
+
+    In synchronous mode (the set's ``sync = K``, read with the root and again at each
+    ``recheck``; ``sync`` given here overrides it) a transaction that wrote something returns
+    from its commit only once K branches hold it, or raises :class:`~baton.errors.SyncTimeout`
+    after ``sync_timeout`` seconds (committed at the root, not confirmed). :attr:`last_ack`
+    says which tick and branches confirmed the last commit.
     """
 
     def __init__(
@@ -150,7 +165,12 @@ class RootWriter:
         via: str | Sequence[str],
         timeout: float = 5.0,
         recheck: float | None = RECHECK,
+        *,
+        sync: int | None = None,
+        sync_timeout: float = SYNC_TIMEOUT,
     ) -> None:
+        if sync is not None and sync < 0:
+            raise CascadeInputError(f"sync {sync}: give a number of branches, 0 or more")
         self.set_name = set_name
         self._via = [via] if isinstance(via, str) else list(via)
         self._timeout = timeout
@@ -158,6 +178,11 @@ class RootWriter:
         self._root: Root | None = None
         self._found_at = 0.0
         self._conn: Any = None
+        self._sync_given = sync
+        self._sync = 0 if sync is None else sync
+        self._sync_timeout = sync_timeout
+        #: The confirmation of the last commit in sync mode (None: none yet, or asynchronous).
+        self.last_ack: Ack | None = None
 
     # -- the root ------------------------------------------------------------------------------
 
@@ -170,7 +195,14 @@ class RootWriter:
         found = locate_root(self.set_name, known)
         if found.state is not RootState.NO_SET:
             self._root, self._found_at = found, time.monotonic()
+            if self._sync_given is None:
+                self._sync = sync_mode.sync_at(found.members)
         return found
+
+    @property
+    def sync(self) -> int:
+        """How many branches a commit waits for (0: asynchronous), as last read."""
+        return self._sync
 
     @property
     def root(self) -> Root:
@@ -199,10 +231,13 @@ class RootWriter:
         """A cursor in one transaction at the root (see the class docstring)."""
         conn = self.connection()
         cur = conn.cursor()
+        marked: Mark | None = None
         try:
             if isinstance(conn, sqlite3.Connection):
                 cur.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write
             yield cur
+            if self._sync > 0:
+                marked = mark(conn)
             conn.commit()
         except BaseException as exc:
             with contextlib.suppress(Exception):
@@ -215,6 +250,18 @@ class RootWriter:
         finally:
             with contextlib.suppress(Exception):
                 cur.close()
+        if marked is not None:
+            self._confirm(conn, marked)
+
+    def _confirm(self, conn: Any, marked: Mark) -> None:
+        """Sync mode, after the commit: wait until K branches hold the transaction. The
+        commit is done; nothing here holds a lock or a transaction at the root."""
+        root = self.root
+        assert root.node is not None and root.location is not None
+        tick = covering_tick(conn, marked)
+        self.last_ack = wait_confirmed(
+            root.node, root.location, tick, self._sync, timeout=self._sync_timeout
+        )
 
     def run(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` in one transaction at the root; when the root moved (the old one

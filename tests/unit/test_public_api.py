@@ -56,6 +56,7 @@ PUBLIC = [
     "StoreTimeout",
     "StoreUnavailable",
     "SyncElection",
+    "SyncTimeout",
     "Term",
     "Timings",
     "TxnResult",

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import Any
 
-from baton.cascade import auto_switch, node_ops, observe, schema_check
+from baton.cascade import auto_switch, node_ops, observe, schema_check, sync_mode
 from baton.cascade.beat import ServiceState
 from baton.cascade.commands.sets import existing, known, open_set
 from baton.cascade.db import open_node_db
@@ -43,6 +43,8 @@ class SetStatus:
     members: list[observe.Member]
     #: Automatic failover is on for the set (``auto-failover SET on``).
     auto_failover: bool = False
+    #: Synchronous mode: the branches a writer's commit waits for (0: asynchronous).
+    sync: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +52,7 @@ class SetStatus:
             "root": self.root,
             "global_watermark": self.global_watermark,
             "auto_failover": self.auto_failover,
+            "sync": self.sync,
             "members": [member_dict(m) for m in self.members],
         }
 
@@ -81,7 +84,12 @@ def status(via: str) -> SetStatus:
     c = open_set(via)
     root, watermark, found = observe.status(c)
     return SetStatus(
-        c.set_name, root, watermark, _queue_only(found), auto_failover=auto_switch.switch_of(c)
+        c.set_name,
+        root,
+        watermark,
+        _queue_only(found),
+        auto_failover=auto_switch.switch_of(c),
+        sync=sync_mode.sync_of(c),
     )
 
 

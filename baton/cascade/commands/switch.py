@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from baton.cascade import auto_switch, handover, node_replace, set_ops, takeover
+from baton.cascade import auto_switch, handover, node_replace, set_ops, sync_mode, takeover
 from baton.cascade.commands.sets import MAX_BEHIND, known, open_set
 from baton.cascade.handover import SwitchPlan
 from baton.errors import CascadeInputError
@@ -140,3 +140,24 @@ def auto_failover(via: str, set_name: str, on: bool) -> AutoFailover:
     c = open_set(via)
     missed = auto_switch.set_switch(c, set_name, on)
     return AutoFailover(set_name, on, missed)
+
+
+# -- synchronous mode's setting ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SyncSet:
+    set: str
+    #: Branches a commit waits for (0: asynchronous).
+    sync: int
+    #: Members not reached (they keep their old copy, which the new one outweighs).
+    missed: list[str]
+
+
+def sync(via: str, set_name: str, k: int) -> SyncSet:
+    """Set synchronous mode of ``set_name`` to ``k`` branches (0: asynchronous; see
+    :mod:`baton.cascade.sync_mode`). Refused, changing nothing, for a set of another name, a
+    negative ``k`` or one larger than the set's branches."""
+    c = open_set(via)
+    missed = sync_mode.set_sync(c, set_name, k)
+    return SyncSet(set_name, k, missed)

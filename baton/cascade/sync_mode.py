@@ -1,0 +1,175 @@
+"""Synchronous mode's per-set setting (``baton cascade sync SET K``) and the record of the
+highest tick a writer was acknowledged at.
+
+**K** is how many branches (members that carry the queue and could be promoted) must hold a
+transaction before :class:`~baton.cascade.writer.RootWriter` reports its commit; 0 (the
+default) is asynchronous replication. The setting lives where automatic failover's switch
+lives, and for the same reasons (see :mod:`baton.cascade.auto_switch`): in the members' node
+databases, local key ``sync`` = ``{"k": K, "at": wall time}``, the newest copy among the
+reachable members not tagged dead winning.
+
+**The acknowledged tick.** When a writer's commit returns in sync mode, K branches are at or
+past tick T (the first root tick that includes the transaction). The writer then records T
+(local key ``sync_acked``, raised, never lowered) on every reachable live branch that is *not*
+yet at T. The branches that are at T need no record: their position says it. A failover reads
+the highest record among the members it reaches (:func:`acked_of`) and refuses to promote
+when no live branch is at or past it (:func:`baton.cascade.auto_failover.decide_failover`,
+:func:`baton.cascade.takeover.failover`).
+
+**The guarantee**: with K branches confirming every acknowledged commit, the set keeps every
+acknowledged transaction through the loss of the root plus K - 1 branches: one of the K
+confirming branches survives, and a failover promotes the live branch with the highest tick
+(catching it up from the furthest one), which is at or past it. Losing more than that is
+refused, not silently accepted, whenever a surviving branch holds the record (it does when it
+was reachable at the commit).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from baton.cascade.db import NodeDB, open_node_db
+from baton.cascade.model import Role
+from baton.cascade.set_ops import CascadeSet, seen_of
+from baton.errors import CascadeError, CascadeInputError, Refused
+
+_KEY = "sync"
+ACKED = "sync_acked"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One member's copy of the setting."""
+
+    k: int
+    #: When it was set (wall time of the host that set it).
+    at: float
+
+
+def read_setting(db: NodeDB) -> Setting | None:
+    """This member's copy (None: never set here, or not a value baton wrote)."""
+    raw = db.get_local(_KEY)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        k = int(data["k"])
+        return Setting(k, float(data["at"])) if k >= 0 else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def sync_at(locations: Iterable[str]) -> int:
+    """K for the members at ``locations``: the newest copy among those reachable (0 when none
+    has one). The caller passes the members not tagged dead."""
+    newest: Setting | None = None
+    for location in locations:
+        try:
+            with open_node_db(location, readonly=True) as db:
+                found = read_setting(db)
+        except (CascadeError, OSError):
+            continue  # unreachable: the others say it
+        if found is not None and (newest is None or found.at > newest.at):
+            newest = found
+    return newest.k if newest is not None else 0
+
+
+def sync_of(c: CascadeSet) -> int:
+    """K for the set at ``c`` (0: asynchronous)."""
+    return sync_at(loc for _, (loc, dead) in sorted(c.nodes.items()) if not dead)
+
+
+def branches(c: CascadeSet) -> list[str]:
+    """The set's branches a failover could promote: reachable members not tagged dead that
+    carry the queue and follow a provider (not the root)."""
+    out = []
+    for name, (_, dead) in sorted(c.nodes.items()):
+        if dead:
+            continue
+        st = seen_of(c, name).state
+        if st is not None and st.provider is not None and st.role is Role.BRANCH:
+            out.append(name)
+    return out
+
+
+def set_sync(c: CascadeSet, set_name: str, k: int) -> list[str]:
+    """Set K for the set at ``c``; the members not reached (they keep their old copy, which
+    the newer one outweighs). Bad input changes nothing: a set of another name or a negative
+    K (:class:`CascadeInputError`), K larger than the set's branches (:class:`Refused`: no
+    commit could ever be confirmed)."""
+    if c.set_name != set_name:
+        raise CascadeInputError(
+            f"no set {set_name!r} at that member: it is in set {c.set_name} (check the set's "
+            "name and --via)"
+        )
+    if k < 0:
+        raise CascadeInputError(f"sync {k}: give a number of branches, 0 (asynchronous) or more")
+    found = branches(c)
+    if k > len(found):
+        raise Refused(
+            f"set {set_name} has {len(found)} branch(es) that could confirm a commit "
+            f"({', '.join(found) or 'none'}), fewer than sync {k}: every commit would time out; "
+            "add branches with create-branch first, or give a smaller K"
+        )
+    value = json.dumps({"k": k, "at": time.time()})
+
+    def put(db: NodeDB) -> None:
+        with db.transaction() as cur:
+            db.set_local(cur, _KEY, value)
+
+    return c._for_each_live(put)
+
+
+def read_acked(db: NodeDB) -> int:
+    """The highest acknowledged tick recorded at this member (0: none)."""
+    try:
+        return int(db.get_local(ACKED) or 0)
+    except ValueError:
+        return 0
+
+
+def record_acked(location: str, tick: int) -> bool:
+    """Raise the acknowledged tick recorded at the member at ``location`` to ``tick`` (never
+    lower it); whether it was reached."""
+    try:
+        with open_node_db(location) as db:
+            if read_acked(db) >= tick:
+                return True
+            with db.transaction() as cur:
+                if read_acked(db) < tick:
+                    db.set_local(cur, ACKED, str(tick))
+    except (CascadeError, OSError):
+        return False
+    return True
+
+
+def acked_of(c: CascadeSet, exclude: str | None = None) -> int:
+    """The highest acknowledged tick recorded among the reachable members not tagged dead
+    (``exclude``: the dead root, whatever it still says); 0: none."""
+    high = 0
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == exclude:
+            continue
+        try:
+            with open_node_db(loc, readonly=True) as db:
+                high = max(high, read_acked(db))
+        except (CascadeError, OSError):
+            continue
+    return high
+
+
+__all__ = [
+    "ACKED",
+    "Setting",
+    "acked_of",
+    "branches",
+    "read_acked",
+    "read_setting",
+    "record_acked",
+    "set_sync",
+    "sync_at",
+    "sync_of",
+]
