@@ -38,6 +38,7 @@ from baton.errors import (
     StoreTimeout,
     StoreUnavailable,
     SyncTimeout,
+    SyncUnsafe,
 )
 from baton.lease.election import (
     Election,
@@ -138,6 +139,7 @@ __all__ = [
     "StoreUnavailable",
     "SyncElection",
     "SyncTimeout",
+    "SyncUnsafe",
     "Term",
     "Timings",
     "TxnResult",

@@ -30,8 +30,10 @@ never reads a message.
     │   ├── Refused                the set's state refuses the operation
     │   │   ├── NoWritableRoot     the set has no live root that takes writes now (a failover
     │   │   │                      or switchover under way): try again shortly
-    │   │   └── RootMoved          a write was refused at a node that is no longer the root;
-    │   │                          nothing was written: run the transaction again
+    │   │   ├── RootMoved          a write was refused at a node that is no longer the root;
+    │   │   │                      nothing was written: run the transaction again
+    │   │   └── SyncUnsafe         a failover would promote no branch holding every
+    │   │                          transaction acknowledged in sync mode
     │   ├── NotFinished            a switchover did not finish within its timeout: run it again
     │   ├── SyncTimeout            sync mode: a transaction committed at the root was not yet
     │   │                          confirmed on K branches in time (it is NOT lost)
@@ -192,6 +194,18 @@ class RootMoved(Refused):
         super().__init__(message)
         self.old = old
         self.new = new
+
+
+class SyncUnsafe(Refused):
+    """A failover refused: in synchronous mode writers were acknowledged at tick ``acked``,
+    and no live branch is at or past it (``highest``), so promoting one would lose
+    acknowledged transactions. Bring back a branch that holds them, or fail over by hand
+    accepting the loss. Nothing was changed."""
+
+    def __init__(self, message: str, acked: int, highest: int) -> None:
+        super().__init__(message)
+        self.acked = acked
+        self.highest = highest
 
 
 class NotFinished(CascadeError):

@@ -16,6 +16,13 @@ counts for neither side.
 The new root is what a manual failover promotes (:func:`baton.cascade.decide.new_root`): among
 the branches that hold their membership, the one hosting merge-leaves in a combined set, else
 the one with the highest tick.
+
+**Synchronous mode** (:mod:`baton.cascade.sync_mode`): :attr:`SetView.acked` is the highest
+tick a writer was acknowledged at, as recorded on the branches that were behind it. When no
+live branch is at or past it the decision is WAIT: a failover would lose acknowledged
+transactions. With K branches confirming every commit this cannot happen while at most K - 1
+of them are lost with the root: one of them is live, and it is at or past every acknowledged
+tick.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class SetView:
     #: The node the set takes for its root (the members' node lists; None: none on record).
     root: str | None
     members: Mapping[str, MemberView]
+    #: Synchronous mode: the highest tick a writer was acknowledged at (0: none recorded).
+    acked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +123,16 @@ def decide_failover(view: SetView) -> Decision:
             Action.WAIT,
             f"set {view.set_name}: root {root} is lost ({said}), but no live branch carries "
             "the queue: nothing can become the root",
+            dead_root=root,
+        )
+    short = decide.loses_acked(live, root, view.acked)
+    if short is not None:
+        return Decision(
+            Action.WAIT,
+            f"set {view.set_name}: root {root} is lost ({said}), but writers were acknowledged "
+            f"in sync mode at tick {view.acked} and the highest live branch is at {short}: "
+            "promoting it would lose acknowledged transactions; bring back a branch that has "
+            "them (or fail over by hand, accepting the loss)",
             dead_root=root,
         )
     picked = live[chosen]

@@ -116,6 +116,17 @@ def furthest(seen: Mapping[str, Seen], dead_root: str) -> str | None:
     return max(found, key=lambda s: (s.last_tick or 0, s.merging, s.name)).name
 
 
+def loses_acked(seen: Mapping[str, Seen], dead_root: str, acked: int) -> int | None:
+    """Synchronous mode: the highest tick among the :func:`carriers` (what a failover keeps:
+    it promotes one and catches it up to the furthest) when it is below ``acked``, the highest
+    tick a writer was acknowledged at: promoting would lose acknowledged transactions. None
+    when nothing acknowledged would be lost (``acked`` 0: none recorded)."""
+    if acked <= 0:
+        return None
+    highest = max((s.last_tick or 0 for s in carriers(seen, dead_root)), default=0)
+    return highest if highest < acked else None
+
+
 def subscription_order(states: Mapping[str, NodeState]) -> list[str]:
     """Roots first, then every node after its provider (breadth first); nodes whose provider is
     not among ``states`` (tagged dead, or a cycle) come last."""
@@ -134,6 +145,7 @@ __all__ = [
     "carriers",
     "chain",
     "furthest",
+    "loses_acked",
     "new_root",
     "provider_problem",
     "subscription_order",

@@ -9,7 +9,7 @@ import json
 from contextlib import suppress
 from pathlib import Path
 
-from baton.cascade import decide
+from baton.cascade import decide, sync_mode
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.db.base import split_location
@@ -28,10 +28,13 @@ from baton.cascade.set_ops import (
 from baton.errors import (
     CascadeError,
     Refused,
+    SyncUnsafe,
 )
 
 
-def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
+def failover(
+    c: CascadeSet, dead_root: str, accept_loss: bool = False
+) -> tuple[str, int, list[str]]:
     """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live queue-carrying node with
     the highest tick, and redirect every node that received from the dead root to the new root.
     Returns (new root, fork tick, notes about nodes that need attention).
@@ -39,7 +42,12 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     Refused, before anything is tagged, when no live branch carries the queue; and while
     ``dead_root`` is not tagged dead yet (a failover tags first), when it is reachable and not
     the root or another live root exists: use tag-dead for a node that is not the root. Once it
-    is tagged, a re-run finishes the failover (or returns the new root if it is done)."""
+    is tagged, a re-run finishes the failover (or returns the new root if it is done).
+
+    Synchronous mode: refused (:class:`SyncUnsafe`, before anything is tagged) when writers
+    were acknowledged at a tick no live branch has reached (see :mod:`baton.cascade.sync_mode`:
+    with K confirming branches, only after losing the root and K of them), unless
+    ``accept_loss``."""
     c.location(dead_root)  # an unknown name is refused before anything changes
     try:
         role: Role | None = c.state(dead_root).role
@@ -60,6 +68,8 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
     new_root = decide.new_root(_carriers(c, dead_root), dead_root)
     if new_root is None:
         raise Refused("no live branch carries the queue: nothing can become the root")
+    if not accept_loss:
+        _check_acked(c, dead_root)
     tag(c, dead_root, True)
     was_under = c.state(new_root).provider
     # Fence first: from here no node applies another batch of the dead root (whose database
@@ -110,6 +120,22 @@ def failover(c: CascadeSet, dead_root: str) -> tuple[str, int, list[str]]:
                 ndb.set_watermark(cur, name, st.position)
     release_dead(c, dead_root)
     return new_root, fork, notes
+
+
+def _check_acked(c: CascadeSet, dead_root: str) -> None:
+    """Refuse (:class:`SyncUnsafe`) a failover that would lose a transaction acknowledged in
+    synchronous mode: no live branch at or past the highest acknowledged tick recorded."""
+    acked = sync_mode.acked_of(c, exclude=dead_root)
+    short = decide.loses_acked(_carriers(c, dead_root), dead_root, acked)
+    if short is not None:
+        raise SyncUnsafe(
+            f"failover refused: writers were acknowledged in sync mode at tick {acked}, and "
+            f"the highest live branch is at tick {short}: promoting it would lose acknowledged "
+            "transactions. Bring back a branch that has them (see 'baton cascade status'), or "
+            "run failover with --accept-loss to promote it anyway",
+            acked,
+            short,
+        )
 
 
 def _carriers(c: CascadeSet, dead_root: str) -> dict[str, decide.Seen]:

@@ -85,6 +85,11 @@ class Sync(OnSet):
 
 class Failover(OnSet):
     dead_root: NodeName = positional()
+    accept_loss: bool = Field(
+        default=False,
+        description="Sync mode: promote the highest live branch even when it lacks "
+        "transactions writers were acknowledged for (they are lost).",
+    )
 
 
 class Switchover(OnSet):

@@ -263,7 +263,7 @@ VERBS: list[Verb[Any, Any]] = [
         "failover",
         "Unplanned: DEAD_ROOT is gone. Promote the live branch with the highest tick.",
         a_.Failover,
-        lambda a: commands.failover(a.via, a.dead_root),
+        lambda a: commands.failover(a.via, a.dead_root, a.accept_loss),
         show.failed_over,
         json=True,
     ),

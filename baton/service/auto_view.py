@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from baton.cascade import auto_switch
+from baton.cascade import auto_switch, sync_mode
 from baton.cascade.auto_failover import MemberView, SetView
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -153,7 +153,9 @@ def observe(cluster: Cluster) -> list[tuple[CascadeSet, SetView]]:
             else:
                 live = served = key in cluster.run_leases
             members[name] = MemberView(seen_of(c, name), live, served, cluster.reaches.get(key))
-        out.append((c, SetView(set_name, _root_of(members), members)))
+        root = _root_of(members)
+        acked = sync_mode.acked_of(c, exclude=root)
+        out.append((c, SetView(set_name, root, members, acked)))
     return out
 
 

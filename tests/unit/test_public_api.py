@@ -57,6 +57,7 @@ PUBLIC = [
     "StoreUnavailable",
     "SyncElection",
     "SyncTimeout",
+    "SyncUnsafe",
     "Term",
     "Timings",
     "TxnResult",

@@ -69,13 +69,14 @@ class FailedOver:
     notes: list[str]
 
 
-def failover(via: str, dead_root: str) -> FailedOver:
+def failover(via: str, dead_root: str, accept_loss: bool = False) -> FailedOver:
     """Unplanned: ``dead_root`` is gone. Tag it dead, promote the live branch with the highest
-    tick and redirect the nodes that received from ``dead_root``."""
+    tick and redirect the nodes that received from ``dead_root``. In sync mode refused when
+    no live branch holds every acknowledged transaction, unless ``accept_loss``."""
     c = open_set(via)
     known(c, dead_root)  # unknown names first, with the known ones
     with set_ops.refusing():
-        new_root, fork, notes = takeover.failover(c, dead_root)
+        new_root, fork, notes = takeover.failover(c, dead_root, accept_loss)
     return FailedOver(dead_root, new_root, fork, notes)
 
 
