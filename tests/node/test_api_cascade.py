@@ -175,7 +175,8 @@ async def test_build_and_operate_a_set(agent: NodeAgent, cset: Set) -> None:
 
         # Status: the set, its root and watermark, and each member with its lag.
         status = await call(c, "GET", "status", {"via": s.loc("s2")})
-        assert set(status) == {"set", "root", "global_watermark", "auto_failover", "members"}
+        assert set(status) == {"set", "root", "global_watermark", "auto_failover", "sync",
+                              "members"}  # fmt: skip
         assert (status["set"], status["root"], status["global_watermark"]) == ("S", "s1", 0)
         assert status["members"] == await call(c, "GET", "members", {"via": via})
         for m in status["members"]:
@@ -406,7 +407,7 @@ ROUTES = {
     ("GET", "check"), ("POST", "create-node"), ("POST", "add-seq"), ("POST", "remove-seq"),
     ("GET", "seqs"), ("GET", "fkeys"), ("GET", "triggers"), ("POST", "execute"),
     ("POST", "node-switchover"), ("POST", "node-failover"), ("GET", "root"),
-    ("POST", "auto-failover"),
+    ("POST", "auto-failover"), ("POST", "sync"),
 }  # fmt: skip
 
 
