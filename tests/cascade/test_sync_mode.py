@@ -57,9 +57,8 @@ def pg(postgres_server: PostgresServer) -> Iterator[dict[str, str]]:
         for name in names:
             admin.execute(f'CREATE DATABASE "{name}"')
     port = postgres_server.port
-    locations = {
-        n: f"postgresql://postgres@127.0.0.1:{port}/{db}" for n, db in zip(NODES, names, strict=True)
-    }
+    url = f"postgresql://postgres@127.0.0.1:{port}/"
+    locations = {n: url + db for n, db in zip(NODES, names, strict=True)}
     for location in locations.values():
         with psycopg.connect(location) as conn:
             conn.execute(ACCOUNTS.replace("INTEGER", "bigint"))
@@ -195,9 +194,8 @@ def test_postgres_commit_waits_for_a_branch(pg: dict[str, str]) -> None:
             writer.run(insert(key))
             assert writer.last_ack is not None
             assert (key, key * 10) in rows(pg["s2"])
-    with RootWriter("S", via=pg["s1"], sync_timeout=0.3) as writer:
-        with pytest.raises(SyncTimeout):
-            writer.run(insert(4))
+    with RootWriter("S", via=pg["s1"], sync_timeout=0.3) as writer, pytest.raises(SyncTimeout):
+        writer.run(insert(4))
     assert (4, 40) in rows(pg["s1"])
 
 
@@ -217,7 +215,7 @@ def test_the_setting_its_bad_input_and_status(lite: dict[str, str]) -> None:
         commands.sync(lite["s1"], "S", 3)
     with pytest.raises(CascadeInputError, match="no set 'T'"):
         commands.sync(lite["s1"], "T", 1)
-    with pytest.raises(CascadeInputError, match="0 or more|0 \\(asynchronous\\) or more"):
+    with pytest.raises(CascadeInputError, match="give a number of branches"):
         commands.sync(lite["s1"], "S", -1)
     assert copies() == [None, None, None]
     res = cli("sync", "S", "3", "--via", lite["s2"])
