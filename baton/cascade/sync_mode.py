@@ -11,9 +11,10 @@ reachable members not tagged dead winning.
 **The acknowledged tick.** When a writer's commit returns in sync mode, K branches are at or
 past tick T (the first root tick that includes the transaction). The writer then records T
 (local key ``sync_acked``, raised, never lowered) on every reachable live branch that is *not*
-yet at T. The branches that are at T need no record: their position says it. A failover reads
-the highest record among the members it reaches (:func:`acked_of`) and refuses to promote
-when no live branch is at or past it (:func:`baton.cascade.auto_failover.decide_failover`,
+yet at T, from a thread of its own (:class:`AckRecorder`) right after the commit returned.
+The branches that are at T need no record: their position says it. A failover reads the
+highest record among the members it reaches (:func:`acked_of`) and refuses to promote when
+no live branch is at or past it (:func:`baton.cascade.auto_failover.decide_failover`,
 :func:`baton.cascade.takeover.failover`).
 
 **The guarantee**: with K branches confirming every acknowledged commit, the set keeps every
@@ -21,12 +22,13 @@ acknowledged transaction through the loss of the root plus K - 1 branches: one o
 confirming branches survives, and a failover promotes the live branch with the highest tick
 (catching it up from the furthest one), which is at or past it. Losing more than that is
 refused, not silently accepted, whenever a surviving branch holds the record (it does when it
-was reachable at the commit).
+was reachable just after the commit).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -146,6 +148,54 @@ def record_acked(location: str, tick: int) -> bool:
     return True
 
 
+class AckRecorder:
+    """Records acknowledged ticks on the branches that were behind them, in a thread of its
+    own: a branch whose database is locked (its worker paused in the middle of an apply) must
+    never delay a writer's commit. Ticks waiting for the same branch are merged (the highest
+    is written). :meth:`close` waits for what is pending."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, int] = {}
+        self._busy = False
+        self._closed = False
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, locations: Iterable[str], tick: int) -> None:
+        """Record ``tick`` at every member at ``locations`` (soon, not before returning)."""
+        with self._cv:
+            for location in locations:
+                self._pending[location] = max(self._pending.get(location, 0), tick)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="baton-sync-acked"
+                )
+                self._thread.start()
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+                while not self._pending and not self._closed:
+                    self._cv.wait()
+                if not self._pending:
+                    return
+                batch, self._pending, self._busy = self._pending, {}, True
+            for location, tick in batch.items():
+                record_acked(location, tick)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is pending (waiting up to ``timeout`` seconds), then stop the thread."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+
 def acked_of(c: CascadeSet, exclude: str | None = None) -> int:
     """The highest acknowledged tick recorded among the reachable members not tagged dead
     (``exclude``: the dead root, whatever it still says); 0: none."""
@@ -163,6 +213,7 @@ def acked_of(c: CascadeSet, exclude: str | None = None) -> int:
 
 __all__ = [
     "ACKED",
+    "AckRecorder",
     "Setting",
     "acked_of",
     "branches",

@@ -71,11 +71,14 @@ class Ack:
     waited: float
 
 
-def mark(conn: Any) -> Mark | None:
+def mark(conn: Any, changes_before: int = -1) -> Mark | None:
     """Read in the writer's open transaction on ``conn`` (a :mod:`sqlite3` or psycopg
     connection to the root), just before its commit. None: the transaction wrote nothing
-    (PostgreSQL: no transaction id was assigned), so there is nothing to wait for."""
+    (PostgreSQL: no transaction id was assigned; SQLite: the connection's
+    ``total_changes`` is still ``changes_before``), so there is nothing to wait for."""
     if isinstance(conn, sqlite3.Connection):
+        if conn.total_changes == changes_before:
+            return None
         row = conn.execute("SELECT coalesce(max(ev_id), 0) FROM baton_event").fetchone()
         return Mark(ev_high=int(row[0]))
     row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text::bigint").fetchone()
@@ -157,11 +160,13 @@ def wait_confirmed(
     *,
     timeout: float = SYNC_TIMEOUT,
     force_after: float = FORCE_AFTER,
+    recorder: sync_mode.AckRecorder | None = None,
 ) -> Ack:
     """Wait until ``k`` branches of ``root``'s set are at or past ``tick`` (see the module
-    docstring); then record ``tick`` as acknowledged on the live branches not there yet (see
-    :mod:`baton.cascade.sync_mode`). Raises :class:`~baton.errors.SyncTimeout` after
-    ``timeout`` seconds: the transaction is committed at the root, only not confirmed."""
+    docstring); then have ``recorder`` record ``tick`` as acknowledged on the live branches
+    not there yet (see :mod:`baton.cascade.sync_mode`). Raises
+    :class:`~baton.errors.SyncTimeout` after ``timeout`` seconds: the transaction is committed
+    at the root, only not confirmed."""
     start = time.monotonic()
     deadline = start + timeout
     branches, set_name = _branches(root_location)
@@ -171,9 +176,9 @@ def wait_confirmed(
         held = {b.name: _holds(b, set_name, root, tick) for b in branches}
         confirmed = tuple(name for name, yes in held.items() if yes)
         if len(confirmed) >= k:
-            behind = [b for b in branches if held[b.name] is False]
-            for b in behind:
-                sync_mode.record_acked(b.location, tick)
+            behind = [b.location for b in branches if held[b.name] is False]
+            if behind and recorder is not None:
+                recorder.submit(behind, tick)
             return Ack(tick, confirmed, time.monotonic() - start)
         now = time.monotonic()
         if now >= deadline:

@@ -181,6 +181,7 @@ class RootWriter:
         self._sync_given = sync
         self._sync = 0 if sync is None else sync
         self._sync_timeout = sync_timeout
+        self._recorder = sync_mode.AckRecorder()
         #: The confirmation of the last commit in sync mode (None: none yet, or asynchronous).
         self.last_ack: Ack | None = None
 
@@ -232,12 +233,14 @@ class RootWriter:
         conn = self.connection()
         cur = conn.cursor()
         marked: Mark | None = None
+        changes = -1
         try:
             if isinstance(conn, sqlite3.Connection):
                 cur.execute("BEGIN IMMEDIATE")  # the write lock now, not at the first write
+                changes = conn.total_changes
             yield cur
             if self._sync > 0:
-                marked = mark(conn)
+                marked = mark(conn, changes)
             conn.commit()
         except BaseException as exc:
             with contextlib.suppress(Exception):
@@ -260,7 +263,12 @@ class RootWriter:
         assert root.node is not None and root.location is not None
         tick = covering_tick(conn, marked)
         self.last_ack = wait_confirmed(
-            root.node, root.location, tick, self._sync, timeout=self._sync_timeout
+            root.node,
+            root.location,
+            tick,
+            self._sync,
+            timeout=self._sync_timeout,
+            recorder=self._recorder,
         )
 
     def run(self, fn: Callable[[Any], T]) -> T:
@@ -306,7 +314,10 @@ class RootWriter:
             self._conn = None
 
     def close(self) -> None:
+        """Close the connection; in sync mode, first finish recording the acknowledged ticks
+        on the branches that were behind (up to 5 s)."""
         self._drop()
+        self._recorder.close()
 
     def __enter__(self) -> Self:
         return self

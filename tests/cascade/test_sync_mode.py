@@ -155,9 +155,10 @@ def blocks_until_applied(loc: dict[str, str]) -> None:
         ack = writer.last_ack
         assert ack is not None and ack.branches == ("s2",) and ack.tick > before
         assert position(loc["s2"]) >= ack.tick
-        # s3 was behind: it holds the acknowledged tick, for a failover to read.
-        with open_node_db(loc["s3"], readonly=True) as db:
-            assert sync_mode.read_acked(db) == ack.tick
+    # s3 was behind: it holds the acknowledged tick (recorded once the commit returned, by the
+    # time the writer is closed), for a failover to read.
+    with open_node_db(loc["s3"], readonly=True) as db:
+        assert sync_mode.read_acked(db) == ack.tick
 
 
 def test_sqlite_commit_waits_for_a_branch_then_times_out_then_async(
@@ -173,6 +174,8 @@ def test_sqlite_commit_waits_for_a_branch_then_times_out_then_async(
         assert err.tick > position(lite["s2"])
         assert "not lost and not rolled back" in str(err) and "committed at root s1" in str(err)
         assert rows(lite["s1"]) == [(1, 10), (2, 20)]
+        # A transaction that wrote nothing waits for nothing.
+        assert writer.run(lambda cur: cur.execute("SELECT count(*) FROM accounts").fetchone())
     # K = 0: the commit returns at once, no tick made, nothing waited for.
     commands.sync(lite["s2"], "S", 0)
     before = last_tick(lite["s1"])
