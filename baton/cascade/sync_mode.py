@@ -148,6 +148,20 @@ def record_acked(location: str, tick: int) -> bool:
     return True
 
 
+def forget_above(c: CascadeSet, fork: int) -> None:
+    """After a failover that forked the set at ``fork``: lower every record above it to it.
+    Ticks after the fork are new ones; a record of an old one (the acknowledged transactions
+    a failover with ``accept_loss`` gave up) would refuse, or allow, the next failover for the
+    wrong reason."""
+
+    def lower(db: NodeDB) -> None:
+        if read_acked(db) > fork:
+            with db.transaction() as cur:
+                db.set_local(cur, ACKED, str(fork))
+
+    c._for_each_live(lower)
+
+
 class AckRecorder:
     """Records acknowledged ticks on the branches that were behind them, in a thread of its
     own: a branch whose database is locked (its worker paused in the middle of an apply) must
@@ -217,6 +231,7 @@ __all__ = [
     "Setting",
     "acked_of",
     "branches",
+    "forget_above",
     "read_acked",
     "read_setting",
     "record_acked",

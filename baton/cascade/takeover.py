@@ -83,6 +83,7 @@ def failover(
         catch_up(c, new_root, ahead)
     with c.db(new_root) as db:
         fork = promote(db)
+    sync_mode.forget_above(c, fork)
     if was_under not in (None, dead_root) and not c.dead(was_under):
         # The new root received from another branch: that one no longer holds its queue for
         # it (it receives from the new root now, or will).

@@ -264,3 +264,20 @@ def test_a_failover_in_sync_mode_keeps_the_acknowledged_write(lite: dict[str, st
     done = commands.failover(s3, "s1")
     assert done.new_root == "s2"
     assert rows(s2) == [(1, 10)]
+    assert done.fork >= ack.tick
+
+
+def test_a_failover_accepting_the_loss_forgets_what_it_lost(lite: dict[str, str]) -> None:
+    s1, s2, s3 = lite["s1"], lite["s2"], lite["s3"]
+    with RootWriter("S", via=s1, sync=1, sync_timeout=30) as writer, Applier(s2):
+        writer.run(insert(1))
+        ack = writer.last_ack
+    assert ack is not None
+    tag_dead(s3, "s2", True)
+    with pytest.raises(SyncUnsafe):
+        commands.failover(s3, "s1")
+    done = commands.failover(s3, "s1", accept_loss=True)
+    assert done.new_root == "s3" and done.fork < ack.tick and rows(s3) == []
+    # The new line of ticks reuses the ids after the fork: the old record is lowered to it.
+    with open_node_db(s3, readonly=True) as db:
+        assert sync_mode.read_acked(db) == done.fork
