@@ -208,6 +208,10 @@ class AckRecorder:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
+        with self._cv:
+            if thread is None or not thread.is_alive():
+                # Reusable: a writer closed and used again records again.
+                self._thread, self._closed = None, False
 
 
 def acked_of(c: CascadeSet, exclude: str | None = None) -> int:

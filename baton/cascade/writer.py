@@ -34,18 +34,20 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, NoReturn, Self, TypeVar
 
 from baton.cascade import sync_mode
 from baton.cascade.db.base import DENY_SQLSTATE
 from baton.cascade.root import Root, RootState, locate_root
 from baton.cascade.sync_wait import SYNC_TIMEOUT, Ack, Mark, covering_tick, mark, wait_confirmed
 from baton.errors import (
+    CascadeError,
     CascadeInputError,
     NodeUnreachable,
     NoWritableRoot,
     Refused,
     RootMoved,
+    SyncTimeout,
     redact_url,
 )
 from baton.store import sqlite_path
@@ -261,15 +263,36 @@ class RootWriter:
         commit is done; nothing here holds a lock or a transaction at the root."""
         root = self.root
         assert root.node is not None and root.location is not None
-        tick = covering_tick(conn, marked)
-        self.last_ack = wait_confirmed(
-            root.node,
-            root.location,
+        tick = 0
+        try:
+            tick = covering_tick(conn, marked)
+            self.last_ack = wait_confirmed(
+                root.node,
+                root.location,
+                tick,
+                self._sync,
+                timeout=self._sync_timeout,
+                recorder=self._recorder,
+            )
+        except Exception as exc:
+            lost_sight = isinstance(exc, CascadeError) or _driver_error(exc)
+            if isinstance(exc, SyncTimeout) or not lost_sight:
+                raise
+            self._unconfirmed(root.node, tick, exc)
+
+    def _unconfirmed(self, root: str, tick: int, exc: BaseException) -> NoReturn:
+        """After the commit, the root or the branches could not be read: the commit must not
+        look failed. The connection is dropped (the next transaction looks for the root)."""
+        self._drop()
+        at = f" (in its tick {tick})" if tick else ""
+        raise SyncTimeout(
+            f"committed at root {root}{at}, but it could not be confirmed on {self._sync} "
+            f"branch(es): {_one_line(exc)}; the transaction is not lost and not rolled back",
+            root,
             tick,
             self._sync,
-            timeout=self._sync_timeout,
-            recorder=self._recorder,
-        )
+            (),
+        ) from exc
 
     def run(self, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` in one transaction at the root; when the root moved (the old one
