@@ -47,7 +47,7 @@ FORCE_AFTER = 0.02
 REFORCE = 0.25
 #: The first and the longest pause between two reads of the branches' positions.
 FIRST_INTERVAL = 0.002
-MAX_INTERVAL = 0.05
+MAX_INTERVAL = 0.02
 
 
 @dataclass(frozen=True, slots=True)
