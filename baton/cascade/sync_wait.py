@@ -42,7 +42,7 @@ from baton.errors import CascadeError, SyncTimeout
 #: How long a writer waits for K branches before it raises SyncTimeout (seconds).
 SYNC_TIMEOUT = 5.0
 #: How long the writer leaves the root's ticker to make the tick before making it itself.
-FORCE_AFTER = 0.02
+FORCE_AFTER = 0.005
 #: How often the writer makes the tick again while it is still missing.
 REFORCE = 0.25
 #: The first and the longest pause between two reads of the branches' positions.
@@ -193,13 +193,15 @@ def wait_confirmed(
                 k,
                 confirmed,
             )
-        if now - start >= force_after and (forced_at is None or now - forced_at >= REFORCE):
+        force_at = start + force_after if forced_at is None else forced_at + REFORCE
+        if now >= force_at:
             # Again now and then: a forced tick can lose to a busy root, and the ticker may
             # not run (a root served by no worker).
             forced_at = now
             _force_tick(root_location)
+            interval = FIRST_INTERVAL  # the branches apply it soon: look again soon
             continue
-        time.sleep(min(interval, max(0.0, deadline - now)))
+        time.sleep(max(0.0, min(interval, deadline - now, force_at - now)))
         interval = min(interval * 2, MAX_INTERVAL)
 
 
