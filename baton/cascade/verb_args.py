@@ -77,7 +77,7 @@ class AutoFailover(OnSet):
 
 class Sync(OnSet):
     set: NodeName = positional("The set's name.")
-    k: int = positional(
+    k: Annotated[int, Field(ge=0)] = positional(
         "How many branches must hold a transaction before the writer's commit returns "
         "(0: asynchronous, the default)."
     )

@@ -64,7 +64,8 @@ def _bad(model: type[Args]) -> tuple[dict[str, Any], str]:
         if field.is_required():
             base: Any = field.annotation
             is_enum = isinstance(base, type) and issubclass(base, enum.Enum)
-            values[name] = next(iter(base)).value if is_enum else "x"
+            # A count (sync's K) takes a good one: the bad value is the one named below.
+            values[name] = next(iter(base)).value if is_enum else 1 if base is int else "x"
     if "via" in model.model_fields:
         return {**values, "via": TOO_LONG}, "via"
     return {**values, "name": "bad name"}, "name"
