@@ -127,6 +127,26 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 # -- the commit ------------------------------------------------------------------------------
 
 
+def no_transaction_open(location: str) -> bool:
+    """Whether another writer can take the root's write lock (SQLite: waiting for it while
+    anyone holds it), or no session of the root's database is inside a transaction for long
+    (PostgreSQL: a forced tick's own is short)."""
+    if location.startswith("sqlite:"):
+        lite = sqlite3.connect(location.removeprefix("sqlite://"), timeout=5)
+        try:
+            lite.execute("BEGIN IMMEDIATE")
+            lite.rollback()
+        finally:
+            lite.close()
+        return True
+    with psycopg.connect(location, autocommit=True) as pg:
+        query = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+        )
+        return bool(wait_for(lambda: pg.execute(query).fetchone() == (0,), timeout=5))
+
+
 def blocks_until_applied(loc: dict[str, str]) -> None:
     """With sync 1, a commit returns only once s2 applied the tick that includes it."""
     commands.sync(loc["s3"], "S", 1)
@@ -148,6 +168,9 @@ def blocks_until_applied(loc: dict[str, str]) -> None:
         wait_for(lambda: last_tick(loc["s1"]) > before, timeout=10, what="the forced tick")
         # ...and cannot have returned: nothing applied it yet.
         assert not done.is_set() and rows(loc["s2"]) == []
+        # Waiting holds no lock and no transaction at the root.
+        assert no_transaction_open(loc["s1"])
+        assert not done.is_set()
         gate.set()
         committer.join(30)
         assert done.is_set()
