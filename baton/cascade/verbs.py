@@ -261,7 +261,9 @@ VERBS: list[Verb[Any, Any]] = [
     ),
     Verb(
         "failover",
-        "Unplanned: DEAD_ROOT is gone. Promote the live branch with the highest tick.",
+        "Unplanned: DEAD_ROOT is gone. Promote the live branch with the highest tick.\n\n"
+        "In sync mode, refused when no live branch holds every acknowledged transaction "
+        "(--accept-loss promotes it anyway).",
         a_.Failover,
         lambda a: commands.failover(a.via, a.dead_root, a.accept_loss),
         show.failed_over,
