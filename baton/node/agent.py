@@ -42,6 +42,7 @@ from baton.placement.controller import PlacementController
 from baton.placement.runner import Runner
 from baton.placement.workload import load_types
 from baton.service.auto_failover import AutoFailover
+from baton.service.metrics import CascadeCollector, Served
 from baton.service.reach import Prober
 from baton.service.workload import CascadeWorker
 from baton.spark.lifecycle import SessionSpec, SparkSessions
@@ -115,6 +116,7 @@ class NodeAgent:
             may_lead=lambda: self.membership.is_leader,
             spark=self.spark,
         )
+        self.metrics.add(CascadeCollector(config.node_id, self._cascade_members))
         sc = config.spark
         # Over Spark Connect the node's own session is named after the node, so that the agent
         # restarted on this node reattaches to it and finds the queries it left.
@@ -189,6 +191,14 @@ class NodeAgent:
         if name and self.sessions.connect:
             return self.sessions.named(f"baton-object:{name}")
         return self.sessions.session()
+
+    def _cascade_members(self) -> list[Served]:
+        """The cascade members this agent holds, leading or standing by (read per scrape)."""
+        return [
+            Served(m.workload.location, m.role is Role.LEADER)
+            for m in list(self.runner.members.values())
+            if isinstance(m.workload, CascadeWorker) and m.role in (Role.LEADER, Role.FOLLOWER)
+        ]
 
     def _served_nodes(self) -> list[str]:
         """The node databases of the cascade nodes whose service this agent leads."""

@@ -1,13 +1,48 @@
 """Prometheus metrics of one node agent (its own registry, so tests can run several agents in
-one process)."""
+one process).
+
+Every series ``/metrics`` renders carries ``node`` (this agent's id): the series of the services
+the agent runs (channels, store failover, the controller, the cascade members) are labelled at
+render time by :class:`_NodeLabelled`, so none of them needs to know the node. A series that
+already has a ``node`` label (``baton_placement_members``: the node members are placed on) keeps
+it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
-from baton.lease.election import Election, ElectionEvent, LeadershipLost, NewState, State
+from baton.lease.election import (
+    Election,
+    ElectionEvent,
+    LeadershipLost,
+    NewLeader,
+    NewState,
+    State,
+)
+
+
+class _NodeLabelled(Collector):
+    """``registry``'s series with ``node`` added to every sample that has none."""
+
+    def __init__(self, registry: CollectorRegistry, node_id: str) -> None:
+        self.registry = registry
+        self.node_id = node_id
+
+    def collect(self) -> Iterable[Metric]:
+        for family in self.registry.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            for sample in family.samples:
+                if "node" in sample.labels:
+                    out.samples.append(sample)
+                else:
+                    labels = {"node": self.node_id, **sample.labels}
+                    out.samples.append(sample._replace(labels=labels))
+            yield out
 
 
 class NodeMetrics:
@@ -26,7 +61,28 @@ class NodeMetrics:
             registry=r,
         )
         self.is_leader = Gauge(
-            "baton_is_leader", "1 while this node leads", ["election"], registry=r
+            "baton_is_leader",
+            "Deprecated alias of baton_node_member and baton_controller_leader (one release)",
+            ["election"],
+            registry=r,
+        )
+        self.member = Gauge(
+            "baton_node_member", "1 while this node holds its cluster membership", registry=r
+        )
+        self.controller_leader = Gauge(
+            "baton_controller_leader", "1 while this node is the controller", registry=r
+        )
+        self.epoch = Gauge(
+            "baton_leader_epoch",
+            "Epoch of the election's current leader as this node last saw it (0: none)",
+            ["election"],
+            registry=r,
+        )
+        self.leader_changes = Counter(
+            "baton_leader_changes_total",
+            "Changes of the election's leader seen by this node (any node's)",
+            ["election"],
+            registry=r,
         )
         self.renewal = Histogram(
             "baton_lease_renewal_seconds",
@@ -77,16 +133,28 @@ class NodeMetrics:
         )
         self.info = Gauge("baton_node_info", "Node identity", ["node"], registry=r)
         self.info.labels(node=node_id).set(1)
+        self._rendered = CollectorRegistry(auto_describe=False)
+        self._rendered.register(_NodeLabelled(r, node_id))
 
     def watch(self, election: Election, label: str) -> None:
         """Count ``election``'s events and renewals under ``label``."""
+
+        # The node's two elections have gauges of their own names (``baton_is_leader{election}``
+        # stays one release as their alias: membership is not leadership).
+        own = {"membership": self.member, "controller": self.controller_leader}.get(label)
 
         def on_event(event: ElectionEvent) -> None:
             if isinstance(event, NewState):
                 leading = event.state is State.LEADER
                 self.is_leader.labels(election=label).set(1 if leading else 0)
+                if own is not None:
+                    own.set(1 if leading else 0)
                 if leading:
                     self.leaderships.labels(election=label).inc()
+            elif isinstance(event, NewLeader):
+                self.epoch.labels(election=label).set(event.epoch or 0)
+                if event.leader is not None:
+                    self.leader_changes.labels(election=label).inc()
             elif isinstance(event, LeadershipLost):
                 self.losses.labels(election=label, reason=event.reason.value).inc()
 
@@ -94,6 +162,9 @@ class NodeMetrics:
         election.renewal_observer = self.renewal.observe
         election.error_observer = lambda op: self.store_errors.labels(operation=op).inc()
         self.is_leader.labels(election=label).set(0)
+        self.epoch.labels(election=label).set(0)
+        if own is not None:
+            own.set(0)
 
     def set_placement(self, per: Mapping[tuple[str, str], int]) -> None:
         """Replace the per node and type member counts (series that went to zero disappear)."""
@@ -101,5 +172,9 @@ class NodeMetrics:
         for (node, type_), count in per.items():
             self.objects.labels(node=node, type=type_).set(count)
 
+    def add(self, collector: Collector) -> None:
+        """Export ``collector``'s series too (labelled with ``node`` like the rest)."""
+        self.registry.register(collector)
+
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(self._rendered)

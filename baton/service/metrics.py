@@ -1,0 +1,216 @@
+"""Prometheus series of the cascade members a node agent serves, read at scrape time.
+
+The collector starts no thread and polls nothing: each scrape asks the agent which cascade
+members it holds (:class:`Served`), and reads what the services already write into each node
+database (its state, its heartbeat, the root's ticks). A member the agent holds as standby is
+exported too, so a dashboard sees both ends of a worker's placement.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from baton.cascade import beat
+from baton.cascade.beat import ServiceState
+from baton.cascade.db import open_node_db
+from baton.cascade.model import Role
+from baton.errors import CascadeError
+
+
+class WorkerState(StrEnum):
+    """A cascade member's worker as this node sees it."""
+
+    RUNNING = "running"
+    """This node leads the member and its service beats."""
+    STANDBY = "standby"
+    """This node holds the member as a follower, ready to take it over."""
+    STOPPED = "stopped"
+    """This node leads the member but its service is not running (stopped, silent, never)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One cascade member held by this node agent."""
+
+    location: str
+    """The member's node database."""
+    leading: bool
+    """Whether this agent leads it (runs its service) rather than standing by."""
+
+
+#: Every series name the collector may export (the dashboard test checks panels against it).
+SERIES: tuple[str, ...] = (
+    "baton_cascade_member_role",
+    "baton_cascade_worker_state",
+    "baton_cascade_applied_tick",
+    "baton_cascade_lag_ticks",
+    "baton_cascade_lag_seconds",
+    "baton_cascade_paused",
+    "baton_cascade_set_root",
+    "baton_cascade_global_watermark",
+)
+
+_MEMBER = ["node", "set", "member"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    set_name: str
+    member: str
+    role: Role
+    position: int
+    paused: bool
+    service: ServiceState
+    global_watermark: int
+    lag_ticks: int | None
+    lag_seconds: float | None
+    root: str | None
+
+
+def _member_name(nodes: dict[str, tuple[str, bool]], location: str) -> str:
+    return next((name for name, (loc, _) in nodes.items() if loc == location), location)
+
+
+def _read(location: str, now: float) -> _Reading | None:
+    """One member's state from its own database and its root's ticks (None: unreadable)."""
+    try:
+        with open_node_db(location) as db:
+            st = db.state()
+            served = beat.read(db)
+            nodes = db.nodes()
+            last = db.last_tick() if st.role is Role.ROOT else None
+        root = None
+        root_loc = None
+        if st.role is Role.ROOT:
+            root, root_loc = _member_name(nodes, location), location
+        else:
+            for name, (loc, dead) in sorted(nodes.items()):
+                if dead:
+                    continue
+                try:
+                    with open_node_db(loc) as other:
+                        if other.state().role is Role.ROOT:
+                            root, root_loc = name, loc
+                            last = other.last_tick()
+                            break
+                except (CascadeError, OSError):
+                    continue
+    except (CascadeError, OSError):
+        return None
+    position = last.tick_id if st.role is Role.ROOT and last is not None else st.position
+    lag_t: int | None = None
+    lag_s: float | None = None
+    if last is not None and root_loc is not None:
+        lag_t = max(0, last.tick_id - position)
+        lag_s = 0.0
+        if lag_t:
+            try:
+                with open_node_db(root_loc) as rdb:
+                    nxt = rdb.get_tick(position + 1)
+            except (CascadeError, OSError):
+                nxt = None
+            lag_s = None if nxt is None else max(0.0, now - nxt.time)
+    return _Reading(
+        set_name=st.set_name,
+        member=_member_name(nodes, location),
+        role=st.role,
+        position=position,
+        paused=st.paused,
+        service=ServiceState.NEVER if served is None else served.state(now),
+        global_watermark=st.global_watermark,
+        lag_ticks=lag_t,
+        lag_seconds=lag_s,
+        root=root,
+    )
+
+
+class CascadeCollector(Collector):
+    """Exports, labelled with ``node`` (this agent's id), each served member's role, worker
+    state, applied tick, lag and pause, and per set its root and global watermark."""
+
+    def __init__(self, node_id: str, served: Callable[[], Sequence[Served]]) -> None:
+        self.node_id = node_id
+        self.served = served
+
+    def describe(self) -> Iterable[Metric]:
+        # Declared up front so the registry knows the names without reading any database.
+        return self._families()
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                "baton_cascade_member_role",
+                "1 for the member's role (root, branch, leaf)",
+                labels=[*_MEMBER, "role"],
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_worker_state",
+                "1 for the state of the member's worker on this node (running, standby, stopped)",
+                labels=[*_MEMBER, "state"],
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_applied_tick",
+                "The last tick the member applied (the root: the last tick it made)",
+                labels=_MEMBER,
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_lag_ticks", "Ticks the member is behind its root", labels=_MEMBER
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_lag_seconds",
+                "Age of the oldest tick the member has not applied (0 when caught up)",
+                labels=_MEMBER,
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_paused", "1 while the member is paused", labels=_MEMBER
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_set_root",
+                "1 for the set's root as a member of it served here sees it",
+                labels=["node", "set", "root"],
+            ),
+            GaugeMetricFamily(
+                "baton_cascade_global_watermark",
+                "The set's global watermark as a member served here last learned it",
+                labels=["node", "set"],
+            ),
+        ]
+
+    def collect(self) -> Iterator[Metric]:
+        fams = self._families()
+        role, state, tick, lag_t, lag_s, paused, root, watermark = fams
+        now = time.time()
+        sets_done: set[str] = set()
+        for served in self.served():
+            r = _read(served.location, now)
+            if r is None:
+                continue
+            key = [self.node_id, r.set_name, r.member]
+            for value in Role:
+                role.add_metric([*key, value.value], 1.0 if r.role is value else 0.0)
+            if not served.leading:
+                current = WorkerState.STANDBY
+            elif r.service is ServiceState.RUNNING:
+                current = WorkerState.RUNNING
+            else:
+                current = WorkerState.STOPPED
+            for ws in WorkerState:
+                state.add_metric([*key, ws.value], 1.0 if ws is current else 0.0)
+            tick.add_metric(key, float(r.position))
+            if r.lag_ticks is not None:
+                lag_t.add_metric(key, float(r.lag_ticks))
+            if r.lag_seconds is not None:
+                lag_s.add_metric(key, r.lag_seconds)
+            paused.add_metric(key, 1.0 if r.paused else 0.0)
+            if r.set_name not in sets_done:
+                sets_done.add(r.set_name)
+                if r.root is not None:
+                    root.add_metric([self.node_id, r.set_name, r.root], 1.0)
+                watermark.add_metric([self.node_id, r.set_name], float(r.global_watermark))
+        yield from fams
