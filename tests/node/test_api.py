@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import APIRoute
+from prometheus_client.parser import text_string_to_metric_families
 
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
@@ -100,7 +101,8 @@ async def test_an_unhandled_failure_is_a_counted_and_logged_500(agent: NodeAgent
             metrics = (await c.get("/metrics")).text
     finally:
         logging.getLogger("baton.api").removeHandler(lines)
-    assert 'baton_http_requests_total{method="GET",route="/v1/fails",status="500"} 1.0' in metrics
+    labels = {"node": "a", "method": "GET", "route": "/v1/fails", "status": "500"}
+    assert sample(metrics, "baton_http_requests_total", **labels) == 1.0
     [line] = lines.lines
     assert 'msg="request failed"' in line and "route=/v1/fails error=TimeoutError" in line, line
 
@@ -115,13 +117,31 @@ async def test_status_shows_node_controller_and_leases(agent: NodeAgent) -> None
     assert {x["name"] for x in body["leases"]} - {"auto-failover"} == {"controller", "members/a"}
 
 
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` with exactly ``labels`` in Prometheus ``text``."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None
+
+
 async def test_metrics_are_prometheus_text(agent: NodeAgent) -> None:
     async with client(agent) as c:
         await c.get("/healthz")
         text = (await c.get("/metrics")).text
-    assert 'baton_is_leader{election="controller"} 1.0' in text
-    assert 'baton_leaderships_total{election="membership"} 1.0' in text
-    assert 'baton_http_requests_total{method="GET",route="/healthz",status="200"}' in text
+    # Every series carries the node; membership and the controller have gauges of their own
+    # names, and baton_is_leader stays one release as their alias.
+    assert sample(text, "baton_node_member", node="a") == 1.0
+    assert sample(text, "baton_controller_leader", node="a") == 1.0
+    epoch = sample(text, "baton_leader_epoch", node="a", election="controller")
+    assert epoch == float(agent.controller.epoch or -1)
+    assert sample(text, "baton_is_leader", node="a", election="controller") == 1.0
+    assert sample(text, "baton_leaderships_total", node="a", election="membership") == 1.0
+    healthz = {"method": "GET", "route": "/healthz", "status": "200"}
+    assert sample(text, "baton_http_requests_total", node="a", **healthz) == 1.0
+    samples = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    assert all('node="' in ln for ln in samples), [ln for ln in samples if 'node="' not in ln]
 
 
 async def test_commands_are_fenced_by_the_store(agent: NodeAgent) -> None:
