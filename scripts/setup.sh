@@ -17,6 +17,8 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 # etcd: the conformance suite runs the etcd store against a real server (and the benchmarks
 # compare baton with etcd's own election API).
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
+# promtool (from prometheus): the dashboard test checks docs/alerts.yml with `promtool check rules`.
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
   # The store-failover benchmark's reference: Redis Sentinel.
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
@@ -40,6 +42,7 @@ if [ ${#need[@]} -gt 0 ]; then
   (service redis-sentinel stop || true) >/dev/null 2>&1
   (service postgresql stop || true) >/dev/null 2>&1
   (service etcd stop || true) >/dev/null 2>&1
+  (service prometheus stop || true) >/dev/null 2>&1
 fi
 
 PY=${PYTHON:-python3}
