@@ -23,10 +23,13 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from baton.errors import ConfigError
 from baton.failover.config import ClientConfig, ServerConfig, client_config, server_config
+
+if TYPE_CHECKING:  # the server needs redis-py, imported only when the role runs
+    from baton.failover.server import ConfigurationServer
 
 log = logging.getLogger("baton.failover")
 
@@ -64,6 +67,8 @@ class Roles:
         self.config = config
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        #: The configuration server this process runs (its metrics join the node agent's).
+        self.server: ConfigurationServer | None = None
 
     async def start(self) -> None:
         from baton.failover.client import run_client
@@ -74,9 +79,11 @@ class Roles:
                 asyncio.create_task(self._guard(run_client(self.config.client, self._stop)))
             )
         if self.config.server is not None:
-            self._tasks.append(
-                asyncio.create_task(self._guard(run_server(self.config.server, self._stop)))
-            )
+            from baton.failover.server import ConfigurationServer
+
+            self.server = ConfigurationServer(self.config.server)
+            serving = run_server(self.config.server, self._stop, self.server)
+            self._tasks.append(asyncio.create_task(self._guard(serving)))
 
     @staticmethod
     async def _guard(role: Any) -> None:

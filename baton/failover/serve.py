@@ -19,9 +19,12 @@ from baton.store.master_file import Address
 log = logging.getLogger("baton.failover.server")
 
 
-async def run_server(config: ServerConfig, stop: asyncio.Event) -> None:
-    """Run the server role (and its status API when ``listen`` is set) until ``stop``."""
-    server = ConfigurationServer(config)
+async def run_server(
+    config: ServerConfig, stop: asyncio.Event, server: ConfigurationServer | None = None
+) -> None:
+    """Run the server role (and its status API when ``listen`` is set) until ``stop``;
+    ``server``: the one to run (made from ``config`` if not given, as the command does)."""
+    server = server if server is not None else ConfigurationServer(config)
     serving: asyncio.Future[None] | None = None
     http = None
     if config.listen is not None:

@@ -357,6 +357,8 @@ class NodeAgent:
 
             self.failover = Roles(parse(self.config.redis_failover))
             await self.failover.start()
+            if self.failover.server is not None:
+                self.metrics.include(self.failover.server.metrics.registry)
         self._watch_task = asyncio.create_task(self._watch_members(), name="watch-members")
         self._placement_task = asyncio.create_task(self.placement.run(), name="placement")
         self._demotion_task = asyncio.create_task(self.runner.watch_demotions(), name="demotions")

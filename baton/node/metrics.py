@@ -26,6 +26,17 @@ from baton.lease.election import (
 )
 
 
+class _Included(Collector):
+    """Another registry's series, exported as part of this one (a service with a registry of
+    its own, such as the store-failover server)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.included = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return self.included.collect()
+
+
 class _NodeLabelled(Collector):
     """``registry``'s series with ``node`` added to every sample that has none."""
 
@@ -175,6 +186,10 @@ class NodeMetrics:
     def add(self, collector: Collector) -> None:
         """Export ``collector``'s series too (labelled with ``node`` like the rest)."""
         self.registry.register(collector)
+
+    def include(self, registry: CollectorRegistry) -> None:
+        """Export ``registry``'s series too, labelled with ``node`` like the rest."""
+        self.registry.register(_Included(registry))
 
     def render(self) -> bytes:
         return generate_latest(self._rendered)

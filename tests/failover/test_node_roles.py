@@ -16,6 +16,7 @@ from baton.store.master_file import read_master
 from baton.testing import await_for
 from baton.testing.failover import RedisGroup
 from baton.testing.servers import RedisServer
+from tests.node.test_api import sample
 from tests.node.test_start_waits import node_agent
 
 TOKEN = "cluster-token-0123456789"
@@ -51,6 +52,16 @@ async def test_a_node_runs_both_roles_and_follows_a_switch(tmp_path: Path) -> No
             group.servers[0].kill()
             await await_for(lambda: read_master(master_file) == group.addresses[1], timeout=20)
             assert group.masters() == [group.addresses[1]]
+
+            # The server role's series are on the node's /metrics, with the node's label (the
+            # round is counted once it ends, which may be after the master file changed).
+            def switched() -> bool:
+                text = agent.metrics.render().decode()
+                labels = {"node": "n1", "outcome": "switched"}
+                up = sample(text, "baton_failover_master_up", node="n1") == 1.0
+                return up and sample(text, "baton_failover_rounds_total", **labels) == 1.0
+
+            await await_for(switched, timeout=10)
         finally:
             await agent.stop()
 
