@@ -54,7 +54,7 @@ async def test_a_node_runs_both_roles_and_follows_a_switch(tmp_path: Path) -> No
             assert group.masters() == [group.addresses[1]]
 
             # The server role's series are on the node's /metrics, with the node's label (the
-            # round is counted once it ends, which may be after the master file changed).
+            # round and the new master's check are counted after the master file changed).
             def switched() -> bool:
                 text = agent.metrics.render().decode()
                 labels = {"node": "n1", "outcome": "switched"}
