@@ -26,11 +26,12 @@ low-latency task and a table copy's catch-up all use it.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from baton.cascade import queue_events
+from baton.cascade import apply_stats, queue_events
 from baton.cascade.batches import Outcome
 from baton.cascade.codec import decode
 from baton.cascade.db import NodeDB
@@ -211,6 +212,7 @@ def apply_batch(
     if not ticks:
         return ApplyResult(False, db.state().position, outcome=Outcome.NO_TICK)
     first, end = ticks[0].tick_id, ticks[-1].tick_id
+    started = time.perf_counter()
     with db.transaction() as cur:
         st = db.state()
         if epoch < st.epoch:
@@ -285,4 +287,8 @@ def apply_batch(
                 db.track_partition(cur, str(part["set"]), int(part["tick"]), copies)
         db.set_local(cur, "position", str(end))
         db.set_local(cur, "epoch", str(max(epoch, st.epoch)))
+        # The batch's size in events (a leaf, given only the reduced rows: the rows applied)
+        # and its duration up to the commit, counted with the batch (apply_stats).
+        size = len(events) if events is not None else rows
+        apply_stats.record(db, cur, size, time.perf_counter() - started)
     return ApplyResult(True, end, rows, copied)

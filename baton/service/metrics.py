@@ -13,10 +13,16 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
-from baton.cascade import beat
+from baton.cascade import apply_stats, beat
+from baton.cascade.apply_stats import EVENT_BUCKETS, SECOND_BUCKETS, ApplyStats
 from baton.cascade.beat import ServiceState
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -54,6 +60,13 @@ SERIES: tuple[str, ...] = (
     "baton_cascade_paused",
     "baton_cascade_set_root",
     "baton_cascade_global_watermark",
+    "baton_cascade_events_applied_total",
+    "baton_cascade_batch_events_bucket",
+    "baton_cascade_batch_events_count",
+    "baton_cascade_batch_events_sum",
+    "baton_cascade_apply_seconds_bucket",
+    "baton_cascade_apply_seconds_count",
+    "baton_cascade_apply_seconds_sum",
 )
 
 _MEMBER = ["node", "set", "member"]
@@ -71,6 +84,7 @@ class _Reading:
     lag_ticks: int | None
     lag_seconds: float | None
     root: str | None
+    applied: ApplyStats
 
 
 def _member_name(nodes: dict[str, tuple[str, bool]], location: str) -> str:
@@ -83,6 +97,7 @@ def _read(location: str, now: float) -> _Reading | None:
         with open_node_db(location) as db:
             st = db.state()
             served = beat.read(db)
+            applied = apply_stats.read(db)
             nodes = db.nodes()
             last = db.last_tick() if st.role is Role.ROOT else None
         root = None
@@ -127,7 +142,80 @@ def _read(location: str, now: float) -> _Reading | None:
         lag_ticks=lag_t,
         lag_seconds=lag_s,
         root=root,
+        applied=applied,
     )
+
+
+class _Families:
+    """The collector's families for one scrape."""
+
+    def __init__(self) -> None:
+        self.role = GaugeMetricFamily(
+            "baton_cascade_member_role",
+            "1 for the member's role (root, branch, leaf)",
+            labels=[*_MEMBER, "role"],
+        )
+        self.state = GaugeMetricFamily(
+            "baton_cascade_worker_state",
+            "1 for the state of the member's worker on this node (running, standby, stopped)",
+            labels=[*_MEMBER, "state"],
+        )
+        self.tick = GaugeMetricFamily(
+            "baton_cascade_applied_tick",
+            "The last tick the member applied (the root: the last tick it made)",
+            labels=_MEMBER,
+        )
+        self.lag_ticks = GaugeMetricFamily(
+            "baton_cascade_lag_ticks", "Ticks the member is behind its root", labels=_MEMBER
+        )
+        self.lag_seconds = GaugeMetricFamily(
+            "baton_cascade_lag_seconds",
+            "Age of the oldest tick the member has not applied (0 when caught up)",
+            labels=_MEMBER,
+        )
+        self.paused = GaugeMetricFamily(
+            "baton_cascade_paused", "1 while the member is paused", labels=_MEMBER
+        )
+        self.root = GaugeMetricFamily(
+            "baton_cascade_set_root",
+            "1 for the set's root as a member of it served here sees it",
+            labels=["node", "set", "root"],
+        )
+        self.watermark = GaugeMetricFamily(
+            "baton_cascade_global_watermark",
+            "The set's global watermark as a member served here last learned it",
+            labels=["node", "set"],
+        )
+        self.events = CounterMetricFamily(
+            "baton_cascade_events_applied",
+            "Events the member applied (rate: events/s; a leaf: rows applied)",
+            labels=_MEMBER,
+        )
+        self.sizes = HistogramMetricFamily(
+            "baton_cascade_batch_events",
+            "Events per applied batch (a leaf: rows applied)",
+            labels=_MEMBER,
+        )
+        self.durations = HistogramMetricFamily(
+            "baton_cascade_apply_seconds",
+            "Duration of applying one batch, up to its commit",
+            labels=_MEMBER,
+        )
+
+    def all(self) -> list[Metric]:
+        return [
+            self.role,
+            self.state,
+            self.tick,
+            self.lag_ticks,
+            self.lag_seconds,
+            self.paused,
+            self.root,
+            self.watermark,
+            self.events,
+            self.sizes,
+            self.durations,
+        ]
 
 
 class CascadeCollector(Collector):
@@ -142,49 +230,11 @@ class CascadeCollector(Collector):
         # Declared up front so the registry knows the names without reading any database.
         return self._families()
 
-    def _families(self) -> list[GaugeMetricFamily]:
-        return [
-            GaugeMetricFamily(
-                "baton_cascade_member_role",
-                "1 for the member's role (root, branch, leaf)",
-                labels=[*_MEMBER, "role"],
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_worker_state",
-                "1 for the state of the member's worker on this node (running, standby, stopped)",
-                labels=[*_MEMBER, "state"],
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_applied_tick",
-                "The last tick the member applied (the root: the last tick it made)",
-                labels=_MEMBER,
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_lag_ticks", "Ticks the member is behind its root", labels=_MEMBER
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_lag_seconds",
-                "Age of the oldest tick the member has not applied (0 when caught up)",
-                labels=_MEMBER,
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_paused", "1 while the member is paused", labels=_MEMBER
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_set_root",
-                "1 for the set's root as a member of it served here sees it",
-                labels=["node", "set", "root"],
-            ),
-            GaugeMetricFamily(
-                "baton_cascade_global_watermark",
-                "The set's global watermark as a member served here last learned it",
-                labels=["node", "set"],
-            ),
-        ]
+    def _families(self) -> list[Metric]:
+        return _Families().all()
 
     def collect(self) -> Iterator[Metric]:
-        fams = self._families()
-        role, state, tick, lag_t, lag_s, paused, root, watermark = fams
+        f = _Families()
         now = time.time()
         sets_done: set[str] = set()
         for served in self.served():
@@ -193,7 +243,7 @@ class CascadeCollector(Collector):
                 continue
             key = [self.node_id, r.set_name, r.member]
             for value in Role:
-                role.add_metric([*key, value.value], 1.0 if r.role is value else 0.0)
+                f.role.add_metric([*key, value.value], 1.0 if r.role is value else 0.0)
             if not served.leading:
                 current = WorkerState.STANDBY
             elif r.service is ServiceState.RUNNING:
@@ -201,16 +251,23 @@ class CascadeCollector(Collector):
             else:
                 current = WorkerState.STOPPED
             for ws in WorkerState:
-                state.add_metric([*key, ws.value], 1.0 if ws is current else 0.0)
-            tick.add_metric(key, float(r.position))
+                f.state.add_metric([*key, ws.value], 1.0 if ws is current else 0.0)
+            f.tick.add_metric(key, float(r.position))
             if r.lag_ticks is not None:
-                lag_t.add_metric(key, float(r.lag_ticks))
+                f.lag_ticks.add_metric(key, float(r.lag_ticks))
             if r.lag_seconds is not None:
-                lag_s.add_metric(key, r.lag_seconds)
-            paused.add_metric(key, 1.0 if r.paused else 0.0)
+                f.lag_seconds.add_metric(key, r.lag_seconds)
+            f.paused.add_metric(key, 1.0 if r.paused else 0.0)
+            if r.role is not Role.ROOT:  # the root applies nothing: it makes the ticks
+                a = r.applied
+                f.events.add_metric(key, float(a.events))
+                size_buckets = a.cumulative(a.event_buckets, EVENT_BUCKETS)
+                f.sizes.add_metric(key, size_buckets, float(a.events))
+                second_buckets = a.cumulative(a.second_buckets, SECOND_BUCKETS)
+                f.durations.add_metric(key, second_buckets, a.seconds)
             if r.set_name not in sets_done:
                 sets_done.add(r.set_name)
                 if r.root is not None:
-                    root.add_metric([self.node_id, r.set_name, r.root], 1.0)
-                watermark.add_metric([self.node_id, r.set_name], float(r.global_watermark))
-        yield from fams
+                    f.root.add_metric([self.node_id, r.set_name, r.root], 1.0)
+                f.watermark.add_metric([self.node_id, r.set_name], float(r.global_watermark))
+        yield from f.all()

@@ -16,6 +16,7 @@ from baton.cascade.db import open_node_db
 from baton.cascade.ticker import TickerConfig, tick_once
 from baton.service.metrics import SERIES, CascadeCollector, Served
 from baton.testing.cascade import root_and_branch, served
+from tests.cascade.test_commands_part2 import step
 
 
 def scrape(collector: CascadeCollector) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -63,6 +64,22 @@ def test_members_lag_roles_and_worker_states(tmp_path: Path) -> None:
     assert got[key("baton_cascade_lag_seconds", **s2)] >= 0.0
     assert got[key("baton_cascade_set_root", node="n1", set="S", root="s1")] == 1.0
     assert key("baton_cascade_global_watermark", node="n1", set="S") in got
+    assert got[key("baton_cascade_apply_seconds_count", **s2)] == 0.0
+    assert key("baton_cascade_events_applied_total", **s1) not in got  # the root applies none
+
+    # The branch applies the batch as its worker would: its counts come with it.
+    result = step(loc["s1"], loc["s2"])
+    assert result.applied
+    got = scrape(collector)
+    assert got[key("baton_cascade_lag_ticks", **s2)] == 0.0
+    assert got[key("baton_cascade_lag_seconds", **s2)] == 0.0
+    events = got[key("baton_cascade_events_applied_total", **s2)]
+    assert events >= 1  # the row, and the ticks' own events
+    assert got[key("baton_cascade_batch_events_count", **s2)] == 1.0
+    assert got[key("baton_cascade_batch_events_sum", **s2)] == events
+    assert got[key("baton_cascade_batch_events_bucket", **s2, le="+Inf")] == 1.0
+    assert got[key("baton_cascade_apply_seconds_count", **s2)] == 1.0
+    assert got[key("baton_cascade_apply_seconds_sum", **s2)] > 0.0
     assert {name for name, _ in got} == set(SERIES)
 
     # Led here but nothing beats for it (never served): the worker is stopped.
