@@ -2,7 +2,8 @@
 
 The collector starts no thread and polls nothing: each scrape asks the agent which cascade
 members it holds (:class:`Served`), and reads what the services already write into each node
-database (its state, its heartbeat, the root's ticks). A member the agent holds as standby is
+database (its state, its heartbeat, the root's ticks, the counts of its applied batches:
+:mod:`baton.cascade.apply_stats`). A member the agent holds as standby is
 exported too, so a dashboard sees both ends of a worker's placement.
 """
 
@@ -220,7 +221,8 @@ class _Families:
 
 class CascadeCollector(Collector):
     """Exports, labelled with ``node`` (this agent's id), each served member's role, worker
-    state, applied tick, lag and pause, and per set its root and global watermark."""
+    state, applied tick, lag, pause and applied batches (events, sizes, durations), and per
+    set its root and global watermark. A member whose database cannot be read is left out."""
 
     def __init__(self, node_id: str, served: Callable[[], Sequence[Served]]) -> None:
         self.node_id = node_id
