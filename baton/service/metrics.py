@@ -61,6 +61,7 @@ SERIES: tuple[str, ...] = (
     "baton_cascade_paused",
     "baton_cascade_set_root",
     "baton_cascade_global_watermark",
+    "baton_cascade_tables",
     "baton_cascade_events_applied_total",
     "baton_cascade_batch_events_bucket",
     "baton_cascade_batch_events_count",
@@ -86,6 +87,8 @@ class _Reading:
     lag_seconds: float | None
     root: str | None
     applied: ApplyStats
+    tables: dict[str, int]
+    """Replicated tables per state (``copying``, ``catching-up``, ``ok``)."""
 
 
 def _member_name(nodes: dict[str, tuple[str, bool]], location: str) -> str:
@@ -99,6 +102,9 @@ def _read(location: str, now: float) -> _Reading | None:
             st = db.state()
             served = beat.read(db)
             applied = apply_stats.read(db)
+            tables: dict[str, int] = {}
+            for table_state in db.tables().values():
+                tables[table_state] = tables.get(table_state, 0) + 1
             nodes = db.nodes()
             last = db.last_tick() if st.role is Role.ROOT else None
         root = None
@@ -144,6 +150,7 @@ def _read(location: str, now: float) -> _Reading | None:
         lag_seconds=lag_s,
         root=root,
         applied=applied,
+        tables=tables,
     )
 
 
@@ -187,6 +194,12 @@ class _Families:
             "The set's global watermark as a member served here last learned it",
             labels=["node", "set"],
         )
+        self.tables = GaugeMetricFamily(
+            "baton_cascade_tables",
+            "Replicated tables of the member per state: copying, catching-up (copied, its "
+            "batches not yet past the copy), ok (copy progress: ok over the sum)",
+            labels=[*_MEMBER, "state"],
+        )
         self.events = CounterMetricFamily(
             "baton_cascade_events_applied",
             "Events the member applied (rate: events/s; a leaf: rows applied)",
@@ -213,6 +226,7 @@ class _Families:
             self.paused,
             self.root,
             self.watermark,
+            self.tables,
             self.events,
             self.sizes,
             self.durations,
@@ -221,8 +235,9 @@ class _Families:
 
 class CascadeCollector(Collector):
     """Exports, labelled with ``node`` (this agent's id), each served member's role, worker
-    state, applied tick, lag, pause and applied batches (events, sizes, durations), and per
-    set its root and global watermark. A member whose database cannot be read is left out."""
+    state, applied tick, lag, pause, tables by copy state and applied batches (events, sizes,
+    durations), and per set its root and global watermark. A member whose database cannot be
+    read is left out."""
 
     def __init__(self, node_id: str, served: Callable[[], Sequence[Served]]) -> None:
         self.node_id = node_id
@@ -260,6 +275,8 @@ class CascadeCollector(Collector):
             if r.lag_seconds is not None:
                 f.lag_seconds.add_metric(key, r.lag_seconds)
             f.paused.add_metric(key, 1.0 if r.paused else 0.0)
+            for table_state, count in sorted(r.tables.items()):
+                f.tables.add_metric([*key, table_state], float(count))
             if r.role is not Role.ROOT:  # the root applies nothing: it makes the ticks
                 a = r.applied
                 f.events.add_metric(key, float(a.events))

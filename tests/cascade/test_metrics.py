@@ -65,6 +65,9 @@ def test_members_lag_roles_and_worker_states(tmp_path: Path) -> None:
     assert got[key("baton_cascade_set_root", node="n1", set="S", root="s1")] == 1.0
     assert key("baton_cascade_global_watermark", node="n1", set="S") in got
     assert got[key("baton_cascade_apply_seconds_count", **s2)] == 0.0
+    assert got[key("baton_cascade_tables", **s1, state="ok")] == 1.0
+    copying = {k[1]: v for k, v in got.items() if k[0] == "baton_cascade_tables"}
+    assert sum(v for labels, v in copying.items() if ("member", "s2") in labels) == 1.0
     assert key("baton_cascade_events_applied_total", **s1) not in got  # the root applies none
 
     # The branch applies the batch as its worker would: its counts come with it.
