@@ -222,8 +222,9 @@ def test_leader_not_answering_a_forwarded_subscribe(tmp_path: Path) -> None:
             assert answer["type"] == "subscribed" and answer["epoch"] == epoch, answer
             assert leaders(c, channel) == [("n0", epoch)]
             text = c.node("n1").get("/metrics").text
-            assert 'baton_channel_forwarded_subscribes_total{outcome="unavailable"} 3.0' in text
-            assert 'baton_channel_forwarded_subscribes_total{outcome="ok"} 1.0' in text
+            forwarded = "baton_channel_forwarded_subscribes_total"
+            assert f'{forwarded}{{node="n1",outcome="unavailable"}} 3.0' in text
+            assert f'{forwarded}{{node="n1",outcome="ok"}} 1.0' in text
 
 
 def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -> None:
@@ -291,6 +292,7 @@ def test_leadership_changed_during_a_forwarded_subscribe(tmp_path: Path) -> None
             assert n0 is not None
             wait_for(lambda: any("leadership changed during it" in x for x in n0.lines()), 10)
             text = c.node("n1").get("/metrics").text
-            assert 'baton_channel_forwarded_subscribes_total{outcome="ok"}' not in text, text
+            forwarded = "baton_channel_forwarded_subscribes_total"
+            assert f'{forwarded}{{node="n1",outcome="ok"}}' not in text, text
             # The old leader finds out and stops publishing at its epoch.
             wait_for(lambda: ("n0", epoch) not in leaders(c, channel), timeout=15)

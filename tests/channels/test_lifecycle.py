@@ -61,7 +61,7 @@ def metric(c: LocalCluster, node: str, name: str) -> float | None:
         text = c.node(node).get("/metrics").text
     except Exception:
         return None
-    m = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.M)
+    m = re.search(rf"^{name}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.M)  # labels: node
     return float(m.group(1)) if m else None
 
 

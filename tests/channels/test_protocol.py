@@ -287,9 +287,10 @@ def test_cli_subscribe_and_channels(node: tuple[LocalCluster, Subscriber]) -> No
     assert rows[HEALTHY]["offset"] >= 1
     metrics = c.node("n0").get("/metrics").text
     # (Channels of the fuzz above may still be lingering: at least the healthy one.)
-    upstreams = re.search(r"^baton_channel_upstreams ([0-9.]+)$", metrics, re.M)
+    upstreams = re.search(r"^baton_channel_upstreams{node=\"n0\"} ([0-9.]+)$", metrics, re.M)
     assert upstreams is not None and float(upstreams.group(1)) >= 1
-    count = re.search(r"^baton_channel_delivery_seconds_count ([0-9.e+]+)$", metrics, re.M)
+    delivered = r"^baton_channel_delivery_seconds_count{node=\"n0\"} ([0-9.e+]+)$"
+    count = re.search(delivered, metrics, re.M)
     assert count is not None and float(count.group(1)) > 0
     # Refused and bad input: one line on stderr, no traceback.
     bad = subprocess.run(
