@@ -115,8 +115,8 @@ def _pids(c: LocalCluster) -> dict[str, int]:
 def _metric(c: LocalCluster, node: str, name: str) -> float:
     text = c.node(node).get("/metrics").text
     for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
+        if line.startswith((name + " ", name + "{")):  # every series has node="..."
+            return float(line.split()[-1])
     return 0.0
 
 
