@@ -136,6 +136,8 @@ async def test_metrics_are_prometheus_text(agent: NodeAgent) -> None:
     assert sample(text, "baton_controller_leader", node="a") == 1.0
     epoch = sample(text, "baton_leader_epoch", node="a", election="controller")
     assert epoch == float(agent.controller.epoch or -1)
+    changes = sample(text, "baton_leader_changes_total", node="a", election="controller")
+    assert changes is not None and changes >= 1
     assert sample(text, "baton_is_leader", node="a", election="controller") == 1.0
     assert sample(text, "baton_leaderships_total", node="a", election="membership") == 1.0
     healthz = {"method": "GET", "route": "/healthz", "status": "200"}
