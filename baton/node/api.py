@@ -10,6 +10,7 @@ failed.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import time
@@ -143,7 +144,10 @@ def build_app(agent: NodeAgent) -> FastAPI:
     @app.get("/metrics", response_class=Response, dependencies=auth)
     async def metrics() -> Response:
         """Prometheus metrics."""
-        return Response(agent.metrics.render(), media_type="text/plain; version=0.0.4")
+        # In a thread: the cascade series read node databases (a PostgreSQL one may be slow
+        # to answer), and the event loop keeps the node's leases meanwhile.
+        text = await asyncio.to_thread(agent.metrics.render)
+        return Response(text, media_type="text/plain; version=0.0.4")
 
     @app.post(
         "/v1/commands",
