@@ -4,8 +4,8 @@ highest tick a writer was acknowledged at.
 **K** is how many branches (members that carry the queue and could be promoted) must hold a
 transaction before :class:`~baton.cascade.writer.RootWriter` reports its commit; 0 (the
 default) is asynchronous replication. The setting lives where automatic failover's switch
-lives, and for the same reasons (see :mod:`baton.cascade.auto_switch`): in the members' node
-databases, local key ``sync`` = ``{"k": K, "at": wall time}``, the newest copy among the
+lives, and for the same reasons (see :mod:`baton.cascade.member_setting`): in the members'
+node databases, local key ``sync`` = ``{"k": K, "at": wall time}``, the newest copy among the
 reachable members not tagged dead winning.
 
 **The acknowledged tick.** When a writer's commit returns in sync mode, K branches are at or
@@ -27,13 +27,12 @@ was reachable just after the commit).
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import Any
 
 from baton.cascade.db import NodeDB, open_node_db
+from baton.cascade.member_setting import MemberSetting, check_set_name
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet, seen_of
 from baton.errors import CascadeError, CascadeInputError, Refused
@@ -42,46 +41,24 @@ _KEY = "sync"
 ACKED = "sync_acked"
 
 
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One member's copy of the setting."""
-
-    k: int
-    #: When it was set (wall time of the host that set it).
-    at: float
+def _k(value: Any) -> int | None:
+    k = int(value)
+    return k if k >= 0 else None
 
 
-def read_setting(db: NodeDB) -> Setting | None:
-    """This member's copy (None: never set here, or not a value baton wrote)."""
-    raw = db.get_local(_KEY)
-    if raw is None:
-        return None
-    try:
-        data = json.loads(raw)
-        k = int(data["k"])
-        return Setting(k, float(data["at"])) if k >= 0 else None
-    except (ValueError, KeyError, TypeError):
-        return None
+#: K: how many branches confirm a commit (0: asynchronous).
+SYNC: MemberSetting[int] = MemberSetting(_KEY, "k", _k, 0)
 
 
 def sync_at(locations: Iterable[str]) -> int:
     """K for the members at ``locations``: the newest copy among those reachable (0 when none
     has one). The caller passes the members not tagged dead."""
-    newest: Setting | None = None
-    for location in locations:
-        try:
-            with open_node_db(location, readonly=True) as db:
-                found = read_setting(db)
-        except (CascadeError, OSError):
-            continue  # unreachable: the others say it
-        if found is not None and (newest is None or found.at > newest.at):
-            newest = found
-    return newest.k if newest is not None else 0
+    return SYNC.newest_at(locations)
 
 
 def sync_of(c: CascadeSet) -> int:
     """K for the set at ``c`` (0: asynchronous)."""
-    return sync_at(loc for _, (loc, dead) in sorted(c.nodes.items()) if not dead)
+    return SYNC.of(c)
 
 
 def branches(c: CascadeSet) -> list[str]:
@@ -102,11 +79,7 @@ def set_sync(c: CascadeSet, set_name: str, k: int) -> list[str]:
     the newer one outweighs). Bad input changes nothing: a set of another name or a negative
     K (:class:`CascadeInputError`), K larger than the set's branches (:class:`Refused`: no
     commit could ever be confirmed)."""
-    if c.set_name != set_name:
-        raise CascadeInputError(
-            f"no set {set_name!r} at that member: it is in set {c.set_name} (check the set's "
-            "name and --via)"
-        )
+    check_set_name(c, set_name)
     if k < 0:
         raise CascadeInputError(f"sync {k}: give a number of branches, 0 (asynchronous) or more")
     found = branches(c)
@@ -116,13 +89,7 @@ def set_sync(c: CascadeSet, set_name: str, k: int) -> list[str]:
             f"({', '.join(found) or 'none'}), fewer than sync {k}: every commit would time out; "
             "add branches with create-branch first, or give a smaller K"
         )
-    value = json.dumps({"k": k, "at": time.time()})
-
-    def put(db: NodeDB) -> None:
-        with db.transaction() as cur:
-            db.set_local(cur, _KEY, value)
-
-    return c._for_each_live(put)
+    return SYNC.write(c, k)
 
 
 def read_acked(db: NodeDB) -> int:
@@ -231,13 +198,12 @@ def acked_of(c: CascadeSet, exclude: str | None = None) -> int:
 
 __all__ = [
     "ACKED",
+    "SYNC",
     "AckRecorder",
-    "Setting",
     "acked_of",
     "branches",
     "forget_above",
     "read_acked",
-    "read_setting",
     "record_acked",
     "set_sync",
     "sync_at",

@@ -23,6 +23,7 @@ from baton.cascade import auto_switch, commands, node_ops
 from baton.cascade.beat import Beat, Phase
 from baton.cascade.beat import write as write_beat
 from baton.cascade.db import open_node_db
+from baton.cascade.member_setting import Copy
 from baton.cascade.model import Role
 from baton.errors import CascadeError, StaleEpoch
 from baton.keys import group_record, member
@@ -230,11 +231,11 @@ def test_the_switch_through_the_cli(tmp_path: Path) -> None:
     commands.create_root("s1", loc["s1"], "S")
     commands.create_subscriber(Role.LEAF, "s3", loc["s3"], "s1", loc["s1"])
 
-    def switches() -> list[auto_switch.Switch | None]:
+    def switches() -> list[Copy[bool] | None]:
         out = []
         for location in loc.values():  # s2 is not a node yet: skipped
             with suppress(CascadeError), open_node_db(location, readonly=True) as db:
-                out.append(auto_switch.read_switch(db))
+                out.append(auto_switch.SWITCH.read(db))
         return out
 
     # Bad input: one line, exit 2, nothing written anywhere.

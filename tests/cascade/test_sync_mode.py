@@ -18,6 +18,7 @@ import pytest
 
 from baton.cascade import commands, node_ops, sync_mode
 from baton.cascade.db import open_node_db
+from baton.cascade.member_setting import Copy
 from baton.cascade.model import Role
 from baton.cascade.writer import RootWriter
 from baton.errors import CascadeInputError, Refused, SyncTimeout, SyncUnsafe
@@ -229,11 +230,11 @@ def test_postgres_commit_waits_for_a_branch(pg: dict[str, str]) -> None:
 
 
 def test_the_setting_its_bad_input_and_status(lite: dict[str, str]) -> None:
-    def copies() -> list[sync_mode.Setting | None]:
+    def copies() -> list[Copy[int] | None]:
         out = []
         for location in lite.values():
             with open_node_db(location, readonly=True) as db:
-                out.append(sync_mode.read_setting(db))
+                out.append(sync_mode.SYNC.read(db))
         return out
 
     # Bad input: one line, nothing written anywhere.
@@ -252,7 +253,7 @@ def test_the_setting_its_bad_input_and_status(lite: dict[str, str]) -> None:
     assert commands.status(lite["s2"]).as_dict()["sync"] == 0
 
     assert commands.sync(lite["s3"], "S", 2).missed == []
-    assert {c.k for c in copies() if c is not None} == {2}
+    assert {c.value for c in copies() if c is not None} == {2}
     assert commands.status(lite["s1"]).as_dict()["sync"] == 2
     res = cli("status", "--via", lite["s2"])
     assert "sync: 2 (a commit returns once 2 branches hold it)" in res.stdout.splitlines()
