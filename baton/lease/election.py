@@ -519,6 +519,7 @@ class Election:
             if now >= self._valid_until:
                 # No renewal succeeded in time (or this process was paused): stop acting now.
                 self._lose(await self._why_lost(lease, unreachable=True))
+                await self._give_back(lease)
                 return
             if now < next_renewal:
                 await self._sleep_or_wake(min(next_renewal, self._valid_until) - now, clear=True)
@@ -548,6 +549,21 @@ class Election:
             if self.renewal_observer is not None:
                 self.renewal_observer(self.clock.monotonic() - sent_at)
             next_renewal = sent_at + t.renew_interval
+
+    async def _give_back(self, lease: Lease) -> None:
+        """Release a lease this participant stopped using by its own deadline. The store may
+        still hold it for this epoch: an acquire or renewal answered after the deadline (a
+        slow reply, a pause while it was in flight) holds it there for a whole ttl that nobody
+        could use. The release compares the epoch, so it never touches a newer holder's
+        lease. Best effort: the participant has stopped acting already, and a release that
+        fails leaves the lease to lapse at its ttl, as before."""
+        try:
+            await self._call(self.store.release(lease))
+        except (StoreError, TimeoutError) as exc:
+            log.info(
+                "a lease past its deadline could not be released; it lapses at its ttl",
+                extra={"election": self.name, "node": self.node_id, "error": describe(exc)},
+            )
 
     async def _why_lost(self, lease: Lease, *, unreachable: bool) -> LossReason:
         """Classify a loss. Best effort: the leader has already stopped acting."""

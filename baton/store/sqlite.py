@@ -103,6 +103,9 @@ class SQLiteStore(Store):
         self._executor: ThreadPoolExecutor | None = None
         self._db: sqlite3.Connection | None = None
         self._incarnation = ""
+        #: Calls handed to the database thread and not yet answered (a manual clock in tests
+        #: waits for them before it moves: see baton.testing.clock).
+        self.in_flight = 0
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -124,10 +127,13 @@ class SQLiteStore(Store):
         if self._executor is None or self._db is None:
             await self.connect()
         assert self._executor is not None
+        self.in_flight += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         except sqlite3.DatabaseError as exc:
             raise translate(self.url, exc) from exc
+        finally:
+            self.in_flight -= 1
 
     def _connect_sync(self) -> None:
         if self._db is not None:

@@ -12,8 +12,11 @@ a condition in clock time with :meth:`ManualClock.run_until`::
 
 Sleepers and timeouts fire in deadline order, and each woken task runs until it waits again
 before the clock moves on, so a timer chain (sleep, renew, sleep) behaves as it would in real
-time, only without the waiting. Store calls still take real (short) time: that is why waits
-go through :meth:`run_until`, which yields real milliseconds between steps.
+time, only without the waiting. Store calls still take real time: that is why waits
+go through :meth:`run_until`, which yields real milliseconds between steps, and, for the
+stores registered with :meth:`ManualClock.wait_on`, lets no step begin while one of their calls
+is in flight: on a loaded machine a call can take longer in real time than many steps, and
+the clock must not run its timeouts out meanwhile.
 """
 
 from __future__ import annotations
@@ -21,12 +24,17 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
 #: How many times a step yields to the loop so that the tasks it woke run to their next wait.
 SETTLE_YIELDS = 20
+
+#: The longest a step waits (real seconds) for calls in flight: a call held longer (a store a
+#: test hangs on purpose) lets time move on, so its timeout can fire.
+QUIET_LIMIT = 5.0
 
 
 @dataclass(order=True)
@@ -45,6 +53,7 @@ class ManualClock:
         self._wall = wall
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
+        self._busy: list[Callable[[], bool]] = []
 
     def monotonic(self) -> float:
         return self._now
@@ -134,12 +143,27 @@ class ManualClock:
             raise ValueError("a clock never goes back")
         self._now += seconds
 
+    def wait_on(self, busy: Callable[[], bool]) -> None:
+        """Hold :meth:`run_for` and :meth:`run_until` steps while ``busy()`` is true (real
+        work in flight, e.g. ``lambda: store.in_flight > 0``), for up to :data:`QUIET_LIMIT`
+        real seconds a step."""
+        self._busy.append(busy)
+
+    async def _between_steps(self, pause: float) -> None:
+        await asyncio.sleep(pause)
+        if not self._busy:
+            return
+        give_up = time.monotonic() + QUIET_LIMIT
+        # Polled: the predicates read plain counters of other objects; there is no event.
+        while any(b() for b in self._busy) and time.monotonic() < give_up:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+
     async def run_for(self, seconds: float, *, step: float = 0.01) -> None:
         """Let ``seconds`` of clock time pass in ``step``s, with a real millisecond between
         steps (see :meth:`run_until`): for spans in which real store calls run."""
         end = self._now + seconds
         while self._now < end:
-            await asyncio.sleep(0.001)
+            await self._between_steps(0.001)
             await self.advance(min(step, end - self._now))
 
     async def run_until(
@@ -152,15 +176,16 @@ class ManualClock:
         pause: float = 0.001,
     ) -> float:
         """Advance in ``step``s until ``condition()`` holds; fail after ``limit`` seconds of
-        clock time. Between steps the loop gets ``pause`` real seconds, for store calls in
-        flight: keep ``step`` well below the request timeouts of the parts under test, or a slow
-        real call could see its clock-time timeout pass. A longer ``pause`` gives what waits on
-        real time (a store's change feed rechecks an idle feed every real second) time to run.
-        Returns the clock time it took."""
+                clock time. Between steps the loop gets ``pause`` real seconds, for store calls in
+                flight: keep ``step`` well below the request timeouts of the parts under test, or a slow
+                real call could see its clock-time timeout pass (calls of what :meth:`wait_on` names
+        are waited for). A longer ``pause`` gives what waits on
+                real time (a store's change feed rechecks an idle feed every real second) time to run.
+                Returns the clock time it took."""
         began = self._now
         while not condition():
             if self._now - began >= limit:
                 raise AssertionError(f"{what} did not happen within {limit} s of clock time")
-            await asyncio.sleep(pause)
+            await self._between_steps(pause)
             await self.advance(step)
         return self._now - began

@@ -96,6 +96,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     catch_up(loc["s3"])
     clock = ManualClock()
     store = SQLiteStore(str(tmp_path / "store.db"), clock=clock.time)
+    clock.wait_on(lambda: store.in_flight > 0)
     await store.connect()
     for node, agent in AGENTS.items():
         spec = {"location": loc[node]}

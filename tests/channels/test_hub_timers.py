@@ -27,6 +27,7 @@ from baton.errors import ChannelUnavailable
 from baton.lease.role import Role
 from baton.lease.timings import Timings
 from baton.store import Store, open_store
+from baton.store.sqlite import SQLiteStore
 from baton.testing.clock import ManualClock
 from tests.channels.test_lifecycle import Frames
 
@@ -49,6 +50,10 @@ class Failing(Handler):
 
 
 async def _hub(store: Store, clock: ManualClock, **config: Any) -> ChannelHub:
+    assert isinstance(store, SQLiteStore)
+    # The clock waits for store calls in flight (a lease renewal) before each step: on a
+    # loaded machine one can take longer in real time than many steps.
+    clock.wait_on(lambda: store.in_flight > 0)
     hub = ChannelHub(
         store, "a", "x" * 32, Timings.for_ttl(HUB_TTL), config=ChannelsConfig(**config), clock=clock
     )

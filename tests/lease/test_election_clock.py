@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from baton.errors import LeaseLost, LossReason
-from baton.lease.election import Election
+from baton.lease.election import Election, LeadershipLost
 from baton.lease.keeper import LeaseKeeper
 from baton.lease.timings import Timings
 from baton.store.sqlite import SQLiteStore
@@ -34,6 +34,7 @@ SLOW = Timings(
 async def on_clock(tmp_path: Path, n: int) -> AsyncIterator[tuple[ManualClock, list[Election]]]:
     clock = ManualClock()
     stores = [SQLiteStore(str(tmp_path / "s.db"), clock=clock.time) for _ in range(n)]
+    clock.wait_on(lambda: answering(stores))
     elections = [Election(s, "job", f"n{i}", SLOW, clock=clock) for i, s in enumerate(stores)]
     try:
         for e in elections:
@@ -50,6 +51,16 @@ def leaders(es: list[Election]) -> list[Election]:
     return [e for e in es if e.is_leader]
 
 
+#: Stores a test hangs on purpose: the clock moves on while their calls wait.
+HUNG: set[SQLiteStore] = set()
+
+
+def answering(stores: list[SQLiteStore]) -> bool:
+    """Whether a store call is on its way (the clock waits for it: on a loaded machine it can
+    take longer in real time than many clock steps)."""
+    return any(s.in_flight and s not in HUNG for s in stores)
+
+
 @contextlib.contextmanager
 def hung(store: SQLiteStore) -> Iterator[None]:
     """Every call of ``store`` hangs, as on a connection whose packets are dropped: its one
@@ -57,9 +68,11 @@ def hung(store: SQLiteStore) -> Iterator[None]:
     release = threading.Event()
     assert store._executor is not None
     store._executor.submit(release.wait)
+    HUNG.add(store)
     try:
         yield
     finally:
+        HUNG.discard(store)
         release.set()
 
 
@@ -103,6 +116,26 @@ async def test_a_paused_leader_wakes_with_its_term_over(tmp_path: Path) -> None:
         assert not (await leader.store.put("fenced", b"x", lease=term.lease)).ok
 
 
+async def test_an_acquire_answered_after_its_deadline_is_given_back(tmp_path: Path) -> None:
+    """An acquire that reaches the store only after the participant's deadline (it was
+    paused, or the reply was slow) wins the lease, but the participant cannot use it: it
+    releases it at once rather than leave the store holding it a whole ttl for nobody."""
+    async with on_clock(tmp_path, 1) as (clock, (e,)):
+        assert isinstance(e.store, SQLiteStore)
+        # Wait (real time) until it sleeps its election timeout, the lease read and free.
+        await clock.run_until(lambda: clock.pending > 0, limit=1, step=0, pause=0.01)
+        with hung(e.store):
+            await clock.advance(SLOW.election_timeout_max)  # the acquire is sent, and waits
+            clock.jump(SLOW.renew_deadline + 1)  # past its deadline before it is answered
+        lost: list[LossReason] = []
+        e.on_event(lambda ev: lost.append(ev.reason) if isinstance(ev, LeadershipLost) else None)
+        # Well within the ttl the orphan lease would have kept: released, then won again.
+        await clock.run_until(
+            lambda: e.is_leader and bool(lost), limit=5, step=0.1, pause=0.01, what="a leader"
+        )
+        assert lost == [LossReason.EXPIRED]
+
+
 async def test_no_overlap_when_a_leader_cannot_renew(tmp_path: Path) -> None:
     """The leader's own deadline (renew_deadline from *sending* its last good renewal) ends
     its term before the store's expiry (ttl from processing it) lets another node in."""
@@ -131,6 +164,7 @@ async def test_no_overlap_when_a_leader_cannot_renew(tmp_path: Path) -> None:
 async def test_a_keeper_drops_what_it_cannot_renew_at_its_deadline(tmp_path: Path) -> None:
     clock = ManualClock()
     store = SQLiteStore(str(tmp_path / "k.db"), clock=clock.time)
+    clock.wait_on(lambda: answering([store]))
     lost: list[tuple[str, LossReason, float]] = []
     keeper = LeaseKeeper(
         store, "n1", SLOW, on_lost=lambda n, r: lost.append((n, r, clock.monotonic())), clock=clock
