@@ -53,6 +53,16 @@ from baton.service.mode import MODES, Mode
     help="A Spark setting for the process's session, as spark-submit's --conf (repeat it): "
     "spark.cores.max=2 lets several runs share one standalone cluster.",
 )
+@click.option(
+    "--standby",
+    type=click.Choice(["warm", "cold"]),
+    default="warm",
+    show_default=True,
+    help="warm: a branch's or leaf's process runs one worker over a throwaway pair of nodes "
+    "before it campaigns, so that whichever process takes the node over applies within about "
+    "a second (a session's first worker otherwise takes 9-40 s); cold: it only starts its "
+    "JVM (less memory and no Python worker processes while it stands by).",
+)
 def run(  # noqa: PLR0917 (click passes every option by position)
     locations: tuple[str, ...],
     store_url: str | None,
@@ -62,6 +72,7 @@ def run(  # noqa: PLR0917 (click passes every option by position)
     spark_master: str | None,
     spark_remote: str | None,
     spark_conf: tuple[str, ...],
+    standby: str,
 ) -> None:
     """Serve the cascade nodes at LOCATIONS until SIGTERM or Ctrl-C.
 
@@ -117,6 +128,7 @@ def run(  # noqa: PLR0917 (click passes every option by position)
                 master=at.master,
                 remote=at.remote,
                 conf=conf,
+                warm=standby == "warm",
             )
         )
     )

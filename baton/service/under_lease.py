@@ -102,9 +102,11 @@ async def run_node(
     remote: str | None = None,
     connect_session: str | None = None,
     conf: Mapping[str, str] | None = None,
+    warm: bool = True,
 ) -> int:
     """Serve the node at ``location`` until a stop signal (or ``stop`` is set); the exit
-    status. ``mode``: how its worker applies (:data:`~baton.service.worker.MODES`); ``master``
+    status. ``warm``: a subscriber warms its session (:mod:`baton.service.warm`) before it
+    campaigns. ``mode``: how its worker applies (:data:`~baton.service.worker.MODES`); ``master``
     or ``remote``: where the process's session runs (:func:`baton.spark.session.where`: the
     ``BATON_SPARK_*`` variables, else ``local[*]``); ``connect_session``: the name of its
     Spark Connect session (by default the node's lease), which a successor reattaches to;
@@ -161,6 +163,11 @@ async def run_node(
         ready = await until_ready(spark, SparkUnavailable, "waiting for spark", stop)
         if ready is None:
             return 0
+        if warm:
+            # Then its first worker, the seconds that matter most at a takeover (hot standby).
+            await _warmed(ready, mode, stop)
+            if stop.is_set():
+                return 0
     async with open_store(store_url) as store:
         lease = cascade_lease(set_name, name)
         election = Election(store, lease, holder, Timings.for_ttl(ttl))
@@ -206,6 +213,7 @@ async def run_nodes(
     master: str | None = None,
     remote: str | None = None,
     conf: Mapping[str, str] | None = None,
+    warm: bool = True,
 ) -> int:
     """Serve several nodes in one process until a stop signal: each under its own lease, all
     workers sharing the process's one Spark session (one JVM: a combined root and the
@@ -232,11 +240,25 @@ async def run_nodes(
                 remote=remote,
                 connect_session=session_name,
                 conf=conf,
+                warm=warm,
             )
             for loc in locations
         )
     )
     return max(codes, default=0)
+
+
+async def _warmed(spark: SparkSession, mode: str, stop: asyncio.Event) -> None:
+    """Warm ``spark`` for ``mode`` in a thread; a stop meanwhile ends the warm-up early."""
+    from baton.service.warm import warm_up
+
+    halt = threading.Event()
+    stopping = asyncio.ensure_future(stop.wait())
+    stopping.add_done_callback(lambda _: halt.set())
+    try:
+        await asyncio.to_thread(warm_up, spark, mode, halt=halt)
+    finally:
+        stopping.cancel()
 
 
 async def _serve(

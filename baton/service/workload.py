@@ -17,6 +17,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -62,6 +63,12 @@ class CascadeWorkerSpec(BaseModel):
         description="how the worker applies: Structured Streaming micro-batches, or one "
         "long-running Spark task (low lag; one Spark task slot per worker)",
     )
+    standby: Literal["warm", "cold"] = Field(
+        default="warm",
+        description="warm: a standby member builds its agent's Spark session and runs one "
+        "throwaway worker in it, so a takeover applies within about a second; cold: it holds "
+        "no Spark until it leads (no JVM or Python workers while it stands by)",
+    )
 
     @field_validator("location")
     @classmethod
@@ -93,6 +100,8 @@ class CascadeWorker(Workload):
             )
         self.location = location
         self.mode = ctx.obj.spec.get("mode", MICRO_BATCH)
+        self.warm = ctx.obj.spec.get("standby", "warm") == "warm"
+        self._warming = threading.Event()  # set: the warm-up under way should stop
         self.term: int | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -139,6 +148,26 @@ class CascadeWorker(Workload):
         await self.stop_leader()
         await self.stop_follower()
         self._follow = asyncio.create_task(self._watch(leader, term))
+        spark = self.ctx.spark
+        if self.warm and spark is not None:
+            # Hot standby: the agent's session is made ready to apply while this member
+            # stands by (once per session and mode; see baton.service.warm). Not awaited: a
+            # takeover meanwhile stops it and starts at once.
+            self._warming = halt = threading.Event()
+            threading.Thread(
+                target=self._warm, args=(spark, halt), daemon=True, name=f"warm-{self.ctx.group}"
+            ).start()
+
+    def _warm(self, spark: Callable[[], Any], halt: threading.Event) -> None:
+        from baton.service.warm import warm_up
+
+        try:
+            session = spark()
+        except BatonError as exc:  # no Spark now: the leader's start says so again
+            log.warning("spark warm-up: no session", extra={"error": describe(exc)})
+            return
+        if not halt.is_set():
+            warm_up(session, self.mode, halt=halt)
 
     async def _watch(self, leader: str, term: int) -> None:
         while True:
@@ -149,6 +178,7 @@ class CascadeWorker(Workload):
             await asyncio.sleep(FOLLOW_INTERVAL)
 
     async def stop_follower(self) -> None:
+        self._warming.set()
         task, self._follow = self._follow, None
         if task is not None:
             task.cancel()

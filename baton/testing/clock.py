@@ -176,12 +176,12 @@ class ManualClock:
         pause: float = 0.001,
     ) -> float:
         """Advance in ``step``s until ``condition()`` holds; fail after ``limit`` seconds of
-                clock time. Between steps the loop gets ``pause`` real seconds, for store calls in
-                flight: keep ``step`` well below the request timeouts of the parts under test, or a slow
-                real call could see its clock-time timeout pass (calls of what :meth:`wait_on` names
-        are waited for). A longer ``pause`` gives what waits on
-                real time (a store's change feed rechecks an idle feed every real second) time to run.
-                Returns the clock time it took."""
+        clock time. Between steps the loop gets ``pause`` real seconds, for store calls in
+        flight: keep ``step`` well below the request timeouts of the parts under test, or a
+        slow real call could see its clock-time timeout pass (the calls of what
+        :meth:`wait_on` names are waited for). A longer ``pause`` gives what waits on real
+        time (a store's change feed rechecks an idle feed every real second) time to run.
+        Returns the clock time it took."""
         began = self._now
         while not condition():
             if self._now - began >= limit:
