@@ -49,6 +49,8 @@ log = logging.getLogger("baton.cascade")
 #: a connection kept open).
 POLL = 0.005
 _GROUPS = itertools.count(1)
+#: The longest :meth:`TaskQuery.stop` waits for its task to end.
+STOP_WAIT = 30.0
 #: Running tasks per SparkContext (by id): each holds a task slot for as long as it runs.
 _RUNNING: dict[int, set[TaskQuery]] = {}
 _RUNNING_LOCK = threading.Lock()
@@ -199,5 +201,11 @@ class TaskQuery:
 
     def stop(self) -> None:
         self._stopping = True
-        self._sc.cancelJobGroup(self._group)
-        self._thread.join(timeout=30)
+        # Again until the thread ends: a stop just after the start can come before the
+        # thread submitted its job, and Spark cancels only the jobs that run (one cancel
+        # then missed it, and the task ran on, holding its slot, found by the hot standby's
+        # warm-up that stops a worker it has just started).
+        deadline = time.monotonic() + STOP_WAIT
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            self._sc.cancelJobGroup(self._group)
+            self._thread.join(timeout=0.2)

@@ -104,6 +104,8 @@ def _run(
     spark: SparkSession, mode: Mode, directory: Path, halt: threading.Event, timeout: float
 ) -> None:
     deadline = time.monotonic() + timeout
+    if halt.is_set():
+        return
     root, branch = (f"sqlite://{directory / n}.db" for n in ("root", "branch"))
     for name in ("root", "branch"):
         with contextlib.closing(sqlite3.connect(directory / f"{name}.db")) as made:

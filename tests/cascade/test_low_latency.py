@@ -120,3 +120,22 @@ def test_a_stopped_start_gives_up_waiting_for_the_first_batch(
             assert id(spark) not in _WARM
         finally:
             worker.close()
+
+
+def test_a_low_latency_worker_stopped_at_once_ends_its_task(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A stop right after the start (a hot standby's warm-up cut short by a takeover) can
+    come before the task's thread has submitted its job: the task still ends, and frees its
+    slot, instead of running on past the stop."""
+    with LocalSet(tmp_path, spark) as s:
+        s.root("s1")
+        s.leaf("s2", "s1")
+        s.add_table("accounts")
+        for _ in range(3):
+            worker = Worker(spark, s.location("s2"), epoch=1, mode=LOW_LATENCY)
+            worker.start()
+            query = worker.query
+            assert isinstance(query, TaskQuery)
+            worker.close()
+            assert query.done and not query.isActive

@@ -1,0 +1,140 @@
+"""Standby takeover: how soon a branch's standby applies after the process serving the branch
+is lost, with a warm standby (``baton cascade run --standby warm``, the default) and a cold
+one (``--standby cold``: its JVM only).
+
+One trial: root s1 served by one ``baton cascade run`` process, branch s2 by two (the leader
+and its standby, ``--ttl 2``), a writer committing at the root; once s2 applies, its leader
+is SIGKILLed (with its JVM) or SIGSTOPped (its lease then runs out while it is frozen); the
+time from that signal to the first event s2 applies after it is the takeover. Every trial
+then checks that s2 equals s1 and that every event was copied exactly once.
+
+    .venv/bin/python -m bench.standby [--trials 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from baton.cascade.db import open_node_db
+from baton.local.processes import Proc
+from baton.local.waiting import wait_for
+from baton.testing.cascade import root_and_branch, root_ticked
+from baton.testing.workload import Writer
+from bench.common import quantile
+
+BATON = str(Path(sys.executable).with_name("baton"))
+TTL = 2.0
+SERVING = 'msg="serving cascade node"'
+
+
+def _built(line: str) -> bool:
+    """A ``spark ready`` line that took a second or more: a session built, not reused."""
+    found = re.search(r'msg="spark ready" .*seconds=([0-9.]+)', line)
+    return found is not None and float(found[1]) >= 1.0
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """One trial's outcome."""
+
+    seconds: float
+    """From the signal to the first event the standby applied."""
+    warm_log: bool
+    """The standby said ``spark warm`` before it served."""
+    built_spark_after: bool
+    """The standby started a Spark session after it took the node over (a cold start)."""
+
+
+def takeover_trial(directory: Path, standby: str, sig: int = signal.SIGKILL) -> Takeover:
+    """Run one trial in ``directory`` (see the module docstring); raises when s2 does not
+    apply again or differs from s1 afterwards."""
+    loc = root_and_branch(directory)
+    store = f"sqlite://{directory / 'store.db'}"
+
+    def run(name: str, location: str) -> Proc:
+        argv = [BATON, "cascade", "run", location, "--store", store, "--ttl", f"{TTL:g}",
+                "--spark-dir", str(directory / f"spark-{name}"), "--standby", standby,
+                "--spark-master", "local[2]"]  # fmt: skip
+        return Proc(name, argv, directory / f"{name}.log", group=True)
+
+    def applied() -> int:
+        with open_node_db(loc["s2"]) as db:
+            return db.state().position
+
+    procs = {"s1": run("s1", loc["s1"])}
+    procs |= {n: run(n, loc["s2"]) for n in ("a", "b")}
+    writer = Writer(directory / "s1.db", transactions=15)
+    try:
+        # Both s2 processes ready (warm, or their JVM up) and one of them serving.
+        ready = "campaigning for the node's lease"
+        wait_for(lambda: all(any(ready in x for x in procs[n].lines()) for n in "ab"),
+                 timeout=180, what="both s2 processes campaigning")  # fmt: skip
+        wait_for(lambda: applied() > 1, timeout=120, what="the first batch at s2")
+        writer.start()
+        leader = wait_for(
+            lambda: next((n for n in "ab" if any(SERVING in x for x in procs[n].lines())), None),
+            timeout=60,
+            what="s2's leader",
+        )
+        other = "b" if leader == "a" else "a"
+        wait_for(lambda: applied() > 3, timeout=60, what="batches at s2")
+        before = applied()
+        signalled = time.monotonic()
+        if sig == signal.SIGKILL:
+            procs[leader].kill()
+        else:
+            procs[leader].signal(sig)
+        wait_for(lambda: applied() > before, timeout=120, interval=0.02, what="the standby")
+        took = time.monotonic() - signalled
+        lines = procs[other].lines()
+        served_at = next(i for i, x in enumerate(lines) if SERVING in x)
+        outcome = Takeover(
+            seconds=round(took, 2),
+            warm_log=any('msg="spark warm"' in x for x in lines[:served_at]),
+            built_spark_after=any(_built(x) for x in lines[served_at:]),
+        )
+        writer.stop()
+        last = root_ticked(loc["s1"])
+        wait_for(lambda: applied() >= last, timeout=120, what="s2 to catch up")
+        with open_node_db(loc["s1"]) as root, open_node_db(loc["s2"]) as branch:
+            if branch.read_rows("accounts") != root.read_rows("accounts"):
+                raise AssertionError("s2 differs from s1 after the takeover")
+            root_ids = [e.ev_id for e in root.batch_events(1, last)]
+            copied = [e.ev_id for e in branch.batch_events(1, last)]
+        if copied != root_ids or len(copied) != len(set(copied)):
+            raise AssertionError("an event was lost or copied twice in the takeover")
+        return outcome
+    finally:
+        writer.stop()
+        for p in procs.values():
+            if p.paused:
+                p.kill()
+            p.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    args = parser.parse_args()
+    for sig in (signal.SIGKILL, signal.SIGSTOP):
+        for standby in ("warm", "cold"):
+            times = []
+            for _ in range(args.trials):
+                with tempfile.TemporaryDirectory(prefix="baton-bench-standby-") as d:
+                    times.append(takeover_trial(Path(d), standby, sig).seconds)
+            print(
+                f"{sig.name} {standby:>4}: takeover to first apply p50 "
+                f"{quantile(times, 0.5):.2f} s, max {max(times):.2f} s ({times})",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
