@@ -1,6 +1,6 @@
 """Standby takeover: how soon a branch's standby applies after the process serving the branch
 is lost, with a warm standby (``baton cascade run --standby warm``, the default) and a cold
-one (``--standby cold``: its JVM only).
+one (``--standby cold``: its JVM only), in both worker modes.
 
 One trial: root s1 served by one ``baton cascade run`` process, branch s2 by two (the leader
 and its standby, ``--ttl 2``), a writer committing at the root; once s2 applies, its leader
@@ -14,6 +14,8 @@ then checks that s2 equals s1 and that every event was copied exactly once.
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import re
 import signal
 import sys
@@ -23,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from baton.cascade.db import open_node_db
-from baton.local.processes import Proc
+from baton.local.processes import Proc, descendants
 from baton.local.waiting import wait_for
+from baton.service.mode import MODES
 from baton.testing.cascade import root_and_branch, root_ticked
 from baton.testing.workload import Writer
 from bench.common import quantile
@@ -32,6 +35,8 @@ from bench.common import quantile
 BATON = str(Path(sys.executable).with_name("baton"))
 TTL = 2.0
 SERVING = 'msg="serving cascade node"'
+#: Seconds over which the standby's CPU use is measured.
+COST_WINDOW = 5.0
 
 
 def _built(line: str) -> bool:
@@ -50,9 +55,34 @@ class Takeover:
     """The standby said ``spark warm`` before it served."""
     built_spark_after: bool
     """The standby started a Spark session after it took the node over (a cold start)."""
+    standby_rss_mb: float
+    """The standby's processes' resident memory while it stood by (driver, JVM, Python
+    workers)."""
+    standby_processes: int
+    """How many processes the standby was made of."""
+    standby_cpu_percent: float
+    """The standby's CPU use while it stood by, in percent of one core."""
 
 
-def takeover_trial(directory: Path, standby: str, sig: int = signal.SIGKILL) -> Takeover:
+def _tree_usage(pid: int) -> tuple[int, float, int]:
+    """(resident bytes, CPU seconds used so far, processes) of ``pid`` and its descendants."""
+    rss, cpu, count = 0, 0.0, 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in [pid, *descendants(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            statm = Path(f"/proc/{p}/statm").read_text().split()
+        except OSError:
+            continue
+        cpu += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        rss += int(statm[1]) * os.sysconf("SC_PAGE_SIZE")
+        count += 1
+    return rss, cpu, count
+
+
+def takeover_trial(
+    directory: Path, standby: str, sig: int = signal.SIGKILL, mode: str = "micro-batch"
+) -> Takeover:
     """Run one trial in ``directory`` (see the module docstring); raises when s2 does not
     apply again or differs from s1 afterwards."""
     loc = root_and_branch(directory)
@@ -61,7 +91,7 @@ def takeover_trial(directory: Path, standby: str, sig: int = signal.SIGKILL) -> 
     def run(name: str, location: str) -> Proc:
         argv = [BATON, "cascade", "run", location, "--store", store, "--ttl", f"{TTL:g}",
                 "--spark-dir", str(directory / f"spark-{name}"), "--standby", standby,
-                "--spark-master", "local[2]"]  # fmt: skip
+                "--spark-master", "local[2]", "--mode", mode]  # fmt: skip
         return Proc(name, argv, directory / f"{name}.log", group=True)
 
     def applied() -> int:
@@ -85,6 +115,12 @@ def takeover_trial(directory: Path, standby: str, sig: int = signal.SIGKILL) -> 
         )
         other = "b" if leader == "a" else "a"
         wait_for(lambda: applied() > 3, timeout=60, what="batches at s2")
+        # What standing by costs: the standby's memory, and its CPU over a few seconds.
+        pid = procs[other].pid
+        assert pid is not None
+        _, cpu_before, _ = _tree_usage(pid)
+        time.sleep(COST_WINDOW)
+        rss, cpu_after, count = _tree_usage(pid)
         before = applied()
         signalled = time.monotonic()
         if sig == signal.SIGKILL:
@@ -99,6 +135,9 @@ def takeover_trial(directory: Path, standby: str, sig: int = signal.SIGKILL) -> 
             seconds=round(took, 2),
             warm_log=any('msg="spark warm"' in x for x in lines[:served_at]),
             built_spark_after=any(_built(x) for x in lines[served_at:]),
+            standby_rss_mb=round(rss / 2**20, 1),
+            standby_processes=count,
+            standby_cpu_percent=round(100 * (cpu_after - cpu_before) / COST_WINDOW, 1),
         )
         writer.stop()
         last = root_ticked(loc["s1"])
@@ -122,18 +161,24 @@ def takeover_trial(directory: Path, standby: str, sig: int = signal.SIGKILL) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--mode", action="append", choices=MODES, help="(repeatable)")
     args = parser.parse_args()
-    for sig in (signal.SIGKILL, signal.SIGSTOP):
-        for standby in ("warm", "cold"):
-            times = []
-            for _ in range(args.trials):
-                with tempfile.TemporaryDirectory(prefix="baton-bench-standby-") as d:
-                    times.append(takeover_trial(Path(d), standby, sig).seconds)
-            print(
-                f"{sig.name} {standby:>4}: takeover to first apply p50 "
-                f"{quantile(times, 0.5):.2f} s, max {max(times):.2f} s ({times})",
-                flush=True,
-            )
+    for mode, sig, standby in itertools.product(
+        args.mode or MODES, (signal.SIGKILL, signal.SIGSTOP), ("warm", "cold")
+    ):
+        got = []
+        for _ in range(args.trials):
+            with tempfile.TemporaryDirectory(prefix="baton-bench-standby-") as d:
+                got.append(takeover_trial(Path(d), standby, sig, mode))
+        times = [t.seconds for t in got]
+        print(
+            f"{mode} {sig.name} {standby:>4}: takeover to first apply p50 "
+            f"{quantile(times, 0.5):.2f} s, max {max(times):.2f} s ({times}); standing by: "
+            f"{quantile([t.standby_rss_mb for t in got], 0.5):.0f} MB in "
+            f"{max(t.standby_processes for t in got)} processes, "
+            f"{quantile([t.standby_cpu_percent for t in got], 0.5):.1f} % of a core",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
