@@ -162,6 +162,13 @@ class CascadeWorker(Workload):
         from baton.service.warm import warm_up
 
         try:
+            with open_node_db(self.location) as db:
+                if db.state().provider is None:
+                    return  # a root's service runs no Spark: nothing to warm (no JVM either)
+        except CascadeError as exc:  # unreachable for now: warm at the next standby
+            log.info("spark warm-up skipped", extra={"error": describe(exc)})
+            return
+        try:
             session = spark()
         except BatonError as exc:  # no Spark now: the leader's start says so again
             log.warning("spark warm-up: no session", extra={"error": describe(exc)})
