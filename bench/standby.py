@@ -14,6 +14,7 @@ then checks that s2 equals s1 and that every event was copied exactly once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import re
@@ -80,6 +81,21 @@ def _tree_usage(pid: int) -> tuple[int, float, int]:
     return rss, cpu, count
 
 
+def _signal_all(proc: Proc, sig: int) -> None:
+    """``sig`` to ``proc`` and every process below it. Its process group is not enough:
+    Spark's Python workers run in groups of their own, and a low-latency worker's task (a
+    Python worker) would go on applying while its driver is frozen."""
+    pid = proc.pid
+    assert pid is not None
+    for p in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
+    if sig == signal.SIGKILL:
+        proc.kill()  # reaped, and marked as not running
+    else:
+        proc.paused = True
+
+
 def takeover_trial(
     directory: Path, standby: str, sig: int = signal.SIGKILL, mode: str = "micro-batch"
 ) -> Takeover:
@@ -121,12 +137,11 @@ def takeover_trial(
         _, cpu_before, _ = _tree_usage(pid)
         time.sleep(COST_WINDOW)
         rss, cpu_after, count = _tree_usage(pid)
-        before = applied()
         signalled = time.monotonic()
-        if sig == signal.SIGKILL:
-            procs[leader].kill()
-        else:
-            procs[leader].signal(sig)
+        _signal_all(procs[leader], sig)
+        # Read once every process of the leader is stopped or gone: a batch it committed
+        # while the signal was on its way is not the standby's.
+        before = applied()
         wait_for(lambda: applied() > before, timeout=120, interval=0.02, what="the standby")
         took = time.monotonic() - signalled
         lines = procs[other].lines()
