@@ -97,10 +97,15 @@ def _signal_all(proc: Proc, sig: int) -> None:
 
 
 def takeover_trial(
-    directory: Path, standby: str, sig: int = signal.SIGKILL, mode: str = "micro-batch"
+    directory: Path,
+    standby: str,
+    sig: int = signal.SIGKILL,
+    mode: str = "micro-batch",
+    cost_window: float = COST_WINDOW,
 ) -> Takeover:
     """Run one trial in ``directory`` (see the module docstring); raises when s2 does not
-    apply again or differs from s1 afterwards."""
+    apply again or differs from s1 afterwards. ``cost_window``: seconds over which the
+    standby's CPU use is measured."""
     loc = root_and_branch(directory)
     store = f"sqlite://{directory / 'store.db'}"
 
@@ -135,7 +140,7 @@ def takeover_trial(
         pid = procs[other].pid
         assert pid is not None
         _, cpu_before, _ = _tree_usage(pid)
-        time.sleep(COST_WINDOW)
+        time.sleep(cost_window)
         rss, cpu_after, count = _tree_usage(pid)
         signalled = time.monotonic()
         _signal_all(procs[leader], sig)
@@ -152,7 +157,7 @@ def takeover_trial(
             built_spark_after=any(_built(x) for x in lines[served_at:]),
             standby_rss_mb=round(rss / 2**20, 1),
             standby_processes=count,
-            standby_cpu_percent=round(100 * (cpu_after - cpu_before) / COST_WINDOW, 1),
+            standby_cpu_percent=round(100 * (cpu_after - cpu_before) / cost_window, 1),
         )
         writer.stop()
         last = root_ticked(loc["s1"])

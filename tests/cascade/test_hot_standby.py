@@ -45,7 +45,7 @@ def test_a_warm_standby_takes_a_killed_branch_over_without_building_spark(
     """Two ``baton cascade run`` processes for one branch, a writer at the root; the serving
     one is SIGKILLed with its JVM. The standby warmed before it campaigned, serves without
     starting Spark again, and every event arrives once (the trial checks s2 against s1)."""
-    outcome = takeover_trial(tmp_path, "warm")
+    outcome = takeover_trial(tmp_path, "warm", cost_window=0.5)  # its cost: make bench
     assert outcome.warm_log, "the standby did not warm its session before it served"
     assert not outcome.built_spark_after, "the standby built its Spark session at the takeover"
     print(f"warm standby: first apply {outcome.seconds} s after the kill")
