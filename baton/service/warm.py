@@ -13,8 +13,10 @@ then stops it and removes the files. What it leaves warm is the session's, not t
 the takeover then starts the real worker at the real node's position, fenced by its own epoch,
 as before. Nothing of the throwaway set touches a real node.
 
-It is best effort: a warm-up that fails or runs out of time says so in one line and the
-standby stays as it was (cold: the takeover is slower, never wrong). It needs the executors to
+Over Spark Connect it runs nothing: the server's JVM and Python workers are shared by its
+clients and outlive them, so they are warm from its first worker on, and a client's own
+start-up is its gRPC session. It is best effort: a warm-up that fails or runs out of time says
+so in one line and the standby stays as it was (cold: the takeover is slower, never wrong). It needs the executors to
 see the local temporary directory (local Spark, or a cluster on the same host); elsewhere it
 fails that way.
 """
@@ -69,10 +71,17 @@ def warm_up(
     """Run one ``mode`` worker over a throwaway root -> branch pair until it applied one
     event; the seconds it took, 0.0 when ``spark`` was warm for ``mode`` already, or None
     when it did not finish (failed, timed out, or ``halt`` set: the standby stays cold)."""
+    from baton.spark.session import is_connect
+
     mode = Mode(mode)
     key = (id(spark), mode)
     with _LOCK:  # one warm-up at a time per process: two would race for the same first start
         if key in _DONE:
+            return 0.0
+        if is_connect(spark):
+            # Nothing to warm here: a Connect server's JVM and Python workers are shared by
+            # its clients and outlive them, so they are warm from its first worker on.
+            _DONE.add(key)
             return 0.0
         started = time.monotonic()
         directory = Path(tempfile.mkdtemp(prefix="baton-warm-"))
