@@ -16,9 +16,9 @@ as before. Nothing of the throwaway set touches a real node.
 Over Spark Connect it runs nothing: the server's JVM and Python workers are shared by its
 clients and outlive them, so they are warm from its first worker on, and a client's own
 start-up is its gRPC session. It is best effort: a warm-up that fails or runs out of time says
-so in one line and the standby stays as it was (cold: the takeover is slower, never wrong). It needs the executors to
-see the local temporary directory (local Spark, or a cluster on the same host); elsewhere it
-fails that way.
+so in one line and the standby stays as it was (cold: the takeover is slower, never wrong).
+It needs the executors to see the local temporary directory (local Spark, or a cluster on the
+same host); elsewhere it fails that way.
 """
 
 from __future__ import annotations
