@@ -47,6 +47,11 @@ def one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None
         (["elect", "job", "--store", "SQLITE", "--", "no-such-command-xyz"], 2, ["not found"]),
         (["elect", "job", "--store", "SQLITE"], 2, ["COMMAND"]),
         (["elect", "", "--store", "SQLITE", "--", "true"], 2, ["name"]),
+        (
+            ["--log-format", "xml", "elect", "job", "--store", "SQLITE", "--", "true"],
+            2,
+            ["--log-format", "xml", "json", "kv"],
+        ),
         (["lease", "show", "--store", "SQLITE"], 2, ["NAME"]),
         (["lease", "list", "--store", "redis://127.0.0.1:PORT/0"], 1, ["127.0.0.1"]),
         (["lease", "list", "--store", "postgresql://u:sekret@127.0.0.1:PORT/x"], 1, []),
@@ -73,6 +78,36 @@ def test_bad_input_is_one_line(
     if db.exists():
         list_ = baton("lease", "list", "--store", f"sqlite://{db}", "--json")
         assert list_.stdout.strip() == "[]", "bad input changed the store"
+
+
+@pytest.mark.parametrize("fmt", ["kv", "json"])
+def test_elect_logs_in_the_format_every_service_uses(tmp_path: Path, fmt: str) -> None:
+    """What `baton elect` says is log lines like every service's (key=value, or JSON with
+    --log-format json or BATON_LOG_FORMAT=json), each with its lease and, once it leads, the
+    epoch and the command's status; the command's own output is untouched."""
+    import json
+    import re
+
+    store = f"sqlite://{tmp_path}/store.db"
+    res = baton("elect", "report", "--store", store, "--", "sh", "-c", "echo ran; exit 3",
+                env={"BATON_LOG_FORMAT": fmt})  # fmt: skip
+    assert res.returncode == 3, res.stderr
+    assert res.stdout == "ran\n"
+    lines = res.stderr.strip().splitlines()
+    if fmt == "json":
+        docs = [json.loads(line) for line in lines]
+    else:
+        pair = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+        docs = [{k: v.strip('"') for k, v in pair.findall(line)} for line in lines]
+    assert [d["msg"] for d in docs] == [
+        "campaigning",
+        "leader: starting the command",
+        "the command exited; resigning",
+    ], res.stderr
+    assert all(d["logger"] == "baton.elect" and d["lease"] == "report" for d in docs)
+    epoch, status = docs[1]["epoch"], docs[2]["status"]
+    assert str(epoch).isdigit() and epoch == docs[2]["epoch"]
+    assert status == (3 if fmt == "json" else "3")
 
 
 def test_status_api_down_says_so_and_what_failed() -> None:
@@ -164,7 +199,7 @@ def test_usr1_writes_every_threads_stack_and_the_process_goes_on(tmp_path: Path)
     argv = [BATON, "elect", "job", "--store", store, "--ttl", "2", "--id", "a", "--", "sleep", "60"]
     proc = Proc("a", argv, tmp_path / "a.out")
     try:
-        wait_for(lambda: proc.said("baton elect:"), timeout=30, what="the first line of elect")
+        wait_for(lambda: proc.said("ts="), timeout=30, what="the first line of elect")
         stacks = proc.stacks()
         assert "most recent call first" in stacks and "baton/cli" in stacks, stacks
         assert proc.popen.poll() is None

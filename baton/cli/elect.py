@@ -10,8 +10,8 @@ used.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
-import sys
 
 from baton.lease.supervisor import supervise
 from baton.lease.timings import Timings
@@ -19,8 +19,14 @@ from baton.lease.timings import Timings
 EXIT_LOST = 75  # EX_TEMPFAIL: run it again to campaign again
 
 
-def say(message: str) -> None:
-    print(f"baton elect: {message}", file=sys.stderr, flush=True)
+log = logging.getLogger("baton.elect")
+# Its own lines are what `baton elect` is for (the process's other loggers say warnings only).
+log.setLevel(logging.INFO)
+
+
+def say(message: str, warn: bool = False, **fields: object) -> None:
+    """One line of what happens, in the log format every service uses."""
+    log.log(logging.WARNING if warn else logging.INFO, message, extra=fields)
 
 
 async def run(name: str, store_url: str, timings: Timings, holder: str, argv: list[str]) -> int:
@@ -31,7 +37,7 @@ async def run(name: str, store_url: str, timings: Timings, holder: str, argv: li
 
     def on_signal(sig: int) -> None:
         if not stop_signal:
-            say(f"{signal.Signals(sig).name} received: stopping")
+            say("stopping", signal=signal.Signals(sig).name)
         stop_signal.append(sig)
         stop.set()
 

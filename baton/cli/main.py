@@ -42,8 +42,18 @@ from baton.store import Lease
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="baton")
-def cli() -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(sorted(logs.FORMATS)),
+    envvar=logs.FORMAT_ENV,
+    default="kv",
+    show_default=True,
+    help="How every service writes its log lines to stderr: key=value, or one JSON object "
+    "per line (also for the processes it starts) [env BATON_LOG_FORMAT].",
+)
+def cli(log_format: str) -> None:
     """baton: fenced leadership, placement and cascaded replication."""
+    logs.use_format(log_format)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

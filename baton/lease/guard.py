@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import select
 import signal
 import sys
 import time
+
+from baton import logs
 
 PR_SET_PDEATHSIG = 1
 #: How long a STOP or a lost supervisor gives COMMAND between SIGTERM and SIGKILL, at most.
@@ -127,7 +130,11 @@ class Guard:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)  # ignored dispositions survive exec
                 os.execvp(self.argv[0], self.argv)
             except OSError as exc:
-                os.write(2, f"baton elect: cannot run {self.argv[0]!r}: {exc.strerror}\n".encode())
+                said = logs.line(
+                    logging.ERROR, "baton.elect", "cannot run the command",
+                    command=self.argv[0], error=exc.strerror,
+                )  # fmt: skip
+                os.write(2, f"{said}\n".encode())
                 os._exit(127)
         self.send(f"STARTED {self.pid}")
         os.set_blocking(self.control, False)

@@ -18,10 +18,9 @@ import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from baton.errors import ConfigError, LeaseLost
 from baton.lease.election import Election
@@ -135,7 +134,14 @@ def check_command(argv: list[str]) -> None:
         raise ConfigError(f"command {argv[0]!r} not found on PATH: give a path or install it")
 
 
-def _silent(message: str) -> None:
+class Say(Protocol):
+    """Where :func:`supervise` tells what happens: a short message, whether it is a warning,
+    and its fields (lease, epoch, command, status, ...)."""
+
+    def __call__(self, message: str, warn: bool = False, **fields: object) -> None: ...
+
+
+def _silent(message: str, warn: bool = False, **fields: object) -> None:
     pass
 
 
@@ -147,7 +153,7 @@ async def supervise(
     argv: list[str],
     *,
     stop: asyncio.Event,
-    say: Callable[[str], None] = _silent,
+    say: Say = _silent,
 ) -> Outcome:
     """Campaign for lease ``name`` on the store at ``store_url`` as ``holder`` and run
     ``argv`` while leader, until it exits, leadership is lost or ``stop`` is set. Raises
@@ -155,11 +161,13 @@ async def supervise(
     the store cannot be used."""
     check_command(argv)
     store = open_store(store_url)
-    await connect_waiting(store, say=lambda exc: say(f"waiting for the store: {describe(exc)}"))
+    await connect_waiting(
+        store, say=lambda exc: say("waiting for the store", warn=True, error=describe(exc))
+    )
     election = Election(store, name, holder, timings)
     try:
         await election.start()
-        say(f"campaigning for {name!r} as {holder!r} on {store.url}")
+        say("campaigning", lease=name, holder=holder, store=store.url)
         return await _lead(election, timings, argv, stop, say)
     finally:
         await election.stop()
@@ -180,7 +188,7 @@ async def _lead(
     timings: Timings,
     argv: list[str],
     stop: asyncio.Event,
-    say: Callable[[str], None],
+    say: Say,
 ) -> Outcome:
     lead = asyncio.ensure_future(election.wait_leadership())
     await _first(lead, asyncio.ensure_future(stop.wait()))
@@ -193,11 +201,13 @@ async def _lead(
         return term_at, term_at + half_margin
 
     guard = GuardProcess()
+    epoch: int | None = None
     try:
         async with election.leadership() as term:
+            epoch = term.epoch
             env = dict(os.environ)
             env.update(BATON_EPOCH=str(term.epoch), BATON_LEASE=term.name, BATON_HOLDER=term.holder)
-            say(f"leader of {term.name!r} at epoch {term.epoch}: starting {argv[0]!r}")
+            say("leader: starting the command", lease=term.name, epoch=term.epoch, command=argv[0])
             await guard.start(argv, env, *deadlines())
             exited = asyncio.ensure_future(guard.wait_exit())
             stopping = asyncio.ensure_future(stop.wait())
@@ -213,25 +223,29 @@ async def _lead(
                     # The guard stopped it (this process was paused past the renew deadline):
                     # leadership is over whatever the election has noticed so far.
                     say(
-                        f"lost leadership of {election.name!r}: {argv[0]!r} was stopped "
-                        f"({result.why}, status {result.code})"
-                    )
+                        "leadership lost: the command was stopped", warn=True,
+                        lease=election.name, epoch=term.epoch, command=argv[0],
+                        stopped=result.why, status=result.code,
+                    )  # fmt: skip
                     return Outcome("lost", result.code)
-                say(f"{argv[0]!r} exited with status {result.code}; resigning")
+                say("the command exited; resigning", lease=term.name, epoch=term.epoch,
+                    command=argv[0], status=result.code)  # fmt: skip
                 await election.resign()
                 return Outcome("exited", result.code)
             guard.stop()
             result = await exited
-            say(f"stopped {argv[0]!r} as asked; resigning")
+            say("the command was stopped as asked; resigning", lease=term.name,
+                epoch=term.epoch, command=argv[0], status=result.code)  # fmt: skip
             await election.resign()
             return Outcome("stopped", result.code)
     except LeaseLost as exc:
         guard.stop()
         result = await guard.wait_exit()
         say(
-            f"lost leadership of {election.name!r} ({exc.reason.value}); {argv[0]!r} stopped "
-            f"({result.why}, status {result.code})"
-        )
+            "leadership lost: the command was stopped", warn=True, lease=election.name,
+            epoch=epoch, reason=exc.reason.value, command=argv[0], stopped=result.why,
+            status=result.code,
+        )  # fmt: skip
         return Outcome("lost", result.code)
     finally:
         await guard.close()

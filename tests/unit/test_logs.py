@@ -154,3 +154,19 @@ def test_a_member_error_names_an_empty_exception() -> None:
     assert runner_describe(TimeoutError()) == "TimeoutError"
     assert runner_describe(StoreTimeout()) == "StoreTimeout"
     assert runner_describe(StoreTimeout("s.db stayed locked")) == "s.db stayed locked"
+
+
+def test_json_lines_carry_the_same_keys_and_the_context(monkeypatch: Any) -> None:
+    import json
+
+    logs.set_context(lambda: {"node": "n1", "epoch": 7})
+    try:
+        monkeypatch.setenv(logs.FORMAT_ENV, "json")
+        doc = json.loads(logs.line(logging.WARNING, "baton.x", 'a "quoted" msg', n=3, ok=True))
+        assert doc["level"] == "warning" and doc["logger"] == "baton.x"
+        assert doc["msg"] == 'a "quoted" msg' and doc["ts"].endswith("Z")
+        assert (doc["node"], doc["epoch"], doc["n"], doc["ok"]) == ("n1", 7, 3, True)
+        monkeypatch.setenv(logs.FORMAT_ENV, "kv")
+        assert "level=warning logger=baton.x" in logs.line(logging.WARNING, "baton.x", "m")
+    finally:
+        logs.set_context(None)
