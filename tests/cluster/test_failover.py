@@ -91,7 +91,8 @@ def test_sigstop_leader_is_fenced_and_steps_down(
         wait_for(lambda: leader.popen.poll() is not None, timeout=15, what="old supervisor exits")
         code = leader.popen.returncode
         assert code == 75, leader.lines()
-        assert any("lost leadership" in line for line in leader.lines())
+        lost = 'msg="leadership lost: the command was stopped"'
+        assert any(lost in line and f"epoch={epoch}" in line for line in leader.lines())
     log.check()
     late = [e for e in log.entries() if e.epoch == epoch and e.at > new.at]
     assert late == [], f"deposed leader wrote after its successor: {late}"
