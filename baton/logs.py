@@ -99,14 +99,6 @@ def _formatter() -> logging.Formatter:
     return FORMATS.get(os.environ.get(FORMAT_ENV, "kv"), KeyValueFormatter)()
 
 
-def line(level: int, logger: str, message: str, **fields: object) -> str:
-    """One log line as this process's handler would write it, for code that cannot log (a
-    forked child about to exec)."""
-    record = logging.LogRecord(logger, level, "", 0, message, None, None)
-    record.__dict__.update(fields)
-    return _formatter().format(record)
-
-
 def use_format(name: str) -> None:
     """Write this process's lines, and those of the processes it starts, in format ``name``
     (a key of :data:`FORMATS`; the caller has checked it)."""

@@ -122,7 +122,9 @@ def test_quickstart_runs_as_written(tmp_path: Path) -> None:
     assert held and after, stdout
     assert int(after[1]) > int(held[1])
     # 2. the cluster: a controller, four live nodes through n3's API.
-    assert re.search(r"^controller: n[0-3] at epoch \d+$", stdout, re.MULTILINE), stdout
+    # The epoch in full, then when it was granted (its time part).
+    controller = r"^controller: n[0-3] at epoch \d{16} \(granted 20\d\d-\d\d-\d\d [\d:.]+ UTC\)$"
+    assert re.search(controller, stdout, re.MULTILINE), stdout
     assert "127.0.0.1:7410" in stdout
     # 3. placement
     assert "created counter orders: 4 partition(s) x 2" in stdout

@@ -26,6 +26,7 @@ from baton.cascade.verb_args import (
     RootOf,
     Switchover,
 )
+from baton.epochs import epoch_text
 from baton.errors import redact_url
 
 
@@ -142,7 +143,7 @@ def switched(args: Switchover, r: commands.Switched | SwitchPlan) -> list[Shown]
         if r.service is not None:
             out.append(
                 f"checked: {r.new_root}'s worker applies on {r.service.holder} at epoch "
-                f"{r.service.epoch}, {r.behind} tick(s) behind {r.root}"
+                f"{epoch_text(r.service.epoch)}, {r.behind} tick(s) behind {r.root}"
             )
         out += [f"{n}. {step}" for n, step in enumerate(r.steps, 1)]
         return [*out, "nothing was changed (--dry-run)"]
@@ -214,7 +215,7 @@ def _service(m: observe.Member) -> str:
     state = b.state(time.time())
     if state is ServiceState.RUNNING:
         doing = {Phase.STARTING: " (starting Spark)", Phase.WAITING: f" (waits: {b.error})"}
-        return f"running on {b.holder} at epoch {b.epoch}{doing.get(b.phase, '')}"
+        return f"running on {b.holder} at epoch {epoch_text(b.epoch)}{doing.get(b.phase, '')}"
     return f"not running (last seen {_age(b.at)})"
 
 

@@ -35,6 +35,7 @@ from baton.cli.common import (
     run_async,
     store_option,
 )
+from baton.epochs import epoch_text, granted_at
 from baton.errors import ConfigError, redact_url
 from baton.lease.timings import Timings
 from baton.store import Lease
@@ -151,7 +152,7 @@ def up(count: int, store_url: str | None, data_dir: Path, ttl: float) -> None:
         while not stop:
             ctl = cluster.controller()
             if ctl != shown and ctl is not None:
-                out.print(f"controller: {ctl[0]} at epoch {ctl[1]}")
+                out.print(f"controller: {ctl[0]} at epoch {epoch_text(ctl[1])}")
                 shown = ctl
             for node in cluster.nodes.values():
                 if node.proc is not None and node.proc.popen.poll() is not None and not stop:
@@ -214,7 +215,11 @@ def status(store_url: str | None, api: str | None, token_file: Path | None, as_j
         click.echo(json.dumps(st))
         return
     ctl = st["controller"]
-    click.echo(f"controller: {ctl['id']} at epoch {ctl['epoch']}" if ctl else "controller: none")
+    click.echo(
+        f"controller: {ctl['id']} at epoch {epoch_text(ctl['epoch'])}"
+        if ctl
+        else "controller: none"
+    )
     _print_nodes(st["nodes"])
 
 
@@ -280,7 +285,7 @@ def lease_show(name: str, store_url: str | None, as_json: bool) -> None:
         click.echo(f"{name}: free")
     else:
         click.echo(
-            f"{name}: held by {found.holder} at epoch {found.epoch}, "
+            f"{name}: held by {found.holder} at epoch {epoch_text(found.epoch)}, "
             f"expires in {found.expires_at - now:.1f}s (ttl {found.ttl:g}s)"
         )
     sys.exit(0 if found else 1)
@@ -303,10 +308,14 @@ def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
         click.echo(json.dumps([_lease_dict(x, now) for x in leases]))
         return
     table = Table(title=f"leases on {redact_url(url)}")
-    for col in ("name", "holder", "epoch", "expires in", "ttl"):
+    for col in ("name", "holder", "epoch", "granted", "expires in", "ttl"):
         table.add_column(col)
     for x in leases:
-        table.add_row(x.name, x.holder, str(x.epoch), f"{x.expires_at - now:.1f}s", f"{x.ttl:g}s")
+        at = granted_at(x.epoch)
+        table.add_row(
+            x.name, x.holder, str(x.epoch), f"{at:%Y-%m-%d %H:%M:%S} UTC" if at else "-",
+            f"{x.expires_at - now:.1f}s", f"{x.ttl:g}s",
+        )  # fmt: skip
     console().print(table)
 
 

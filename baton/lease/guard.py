@@ -31,16 +31,30 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import logging
+import json
 import os
 import select
 import signal
 import sys
 import time
 
-from baton import logs
-
 PR_SET_PDEATHSIG = 1
+
+
+def _log_line(message: str, **fields: str) -> str:
+    """An error line of ``baton elect`` in the format its logs use (``baton.logs``; the guard
+    imports only the standard library, so it writes the line itself): key=value, or one JSON
+    object when ``BATON_LOG_FORMAT`` is ``json``."""
+    now = time.time()
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+    doc = {"ts": ts, "level": "error", "logger": "baton.elect", "msg": message, **fields}
+    if os.environ.get("BATON_LOG_FORMAT") == "json":
+        return json.dumps(doc, ensure_ascii=False)
+    special = set(' "=\n')
+    parts = (f"{k}={json.dumps(v) if not v or special & set(v) else v}" for k, v in doc.items())
+    return " ".join(parts)
+
+
 #: How long a STOP or a lost supervisor gives COMMAND between SIGTERM and SIGKILL, at most.
 STOP_GRACE = 5.0
 
@@ -130,10 +144,9 @@ class Guard:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)  # ignored dispositions survive exec
                 os.execvp(self.argv[0], self.argv)
             except OSError as exc:
-                said = logs.line(
-                    logging.ERROR, "baton.elect", "cannot run the command",
-                    command=self.argv[0], error=exc.strerror,
-                )  # fmt: skip
+                said = _log_line(
+                    "cannot run the command", command=self.argv[0], error=exc.strerror or str(exc)
+                )
                 os.write(2, f"{said}\n".encode())
                 os._exit(127)
         self.send(f"STARTED {self.pid}")

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "baton.errors",
         "baton.logs",
+        "baton.epochs",
         "baton.keys",
         "baton.backoff",
         "baton.validation",

@@ -156,17 +156,24 @@ def test_a_member_error_names_an_empty_exception() -> None:
     assert runner_describe(StoreTimeout("s.db stayed locked")) == "s.db stayed locked"
 
 
-def test_json_lines_carry_the_same_keys_and_the_context(monkeypatch: Any) -> None:
+def test_json_lines_carry_the_same_keys_and_the_context() -> None:
     import json
 
     logs.set_context(lambda: {"node": "n1", "epoch": 7})
     try:
-        monkeypatch.setenv(logs.FORMAT_ENV, "json")
-        doc = json.loads(logs.line(logging.WARNING, "baton.x", 'a "quoted" msg', n=3, ok=True))
+        record = logging.LogRecord("baton.x", logging.WARNING, "", 0, 'a "quoted" msg', None, None)
+        record.n, record.ok = 3, True
+        doc = json.loads(logs.JsonFormatter().format(record))
         assert doc["level"] == "warning" and doc["logger"] == "baton.x"
         assert doc["msg"] == 'a "quoted" msg' and doc["ts"].endswith("Z")
         assert (doc["node"], doc["epoch"], doc["n"], doc["ok"]) == ("n1", 7, 3, True)
-        monkeypatch.setenv(logs.FORMAT_ENV, "kv")
-        assert "level=warning logger=baton.x" in logs.line(logging.WARNING, "baton.x", "m")
+        assert "level=warning logger=baton.x" in logs.KeyValueFormatter().format(record)
     finally:
         logs.set_context(None)
+
+
+def test_an_epoch_is_shown_with_the_time_it_holds() -> None:
+    from baton.epochs import epoch_text
+
+    assert epoch_text(1795834545355109) == "1795834545355109 (granted 2026-11-28 02:55:45.355 UTC)"
+    assert epoch_text(7) == "7"  # a counter (a group's term, a test's epoch) holds no time
