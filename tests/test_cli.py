@@ -110,6 +110,35 @@ def test_elect_logs_in_the_format_every_service_uses(tmp_path: Path, fmt: str) -
     assert status == (3 if fmt == "json" else "3")
 
 
+def test_status_watch_shows_snapshots_until_ctrl_c(tmp_path: Path) -> None:
+    """``status --watch``: piped, one snapshot after another, each under a time line; Ctrl-C
+    ends it with 130 and no traceback."""
+    import os
+    import signal
+
+    store = f"sqlite://{tmp_path}/s.db"
+    assert baton("elect", "x", "--store", store, "--", "true").returncode == 0  # makes the store
+    argv = [BATON, "status", "--store", store, "--watch", "0.2"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        while sum(line.startswith("-- ") for line in seen) < 2:
+            line = proc.stdout.readline()
+            assert line, f"status --watch ended early: {seen}"
+            seen.append(line)
+        assert seen.count("controller: none\n") >= 1
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_status_api_down_says_so_and_what_failed() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     res = baton("status", "--api", url, env={"BATON_TOKEN": "t" * 16})

@@ -204,13 +204,48 @@ def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:
     help="Cluster token for --api (or BATON_TOKEN).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(store_url: str | None, api: str | None, token_file: Path | None, as_json: bool) -> None:
+@click.option(
+    "--watch",
+    type=click.FloatRange(min=0.1),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Show it again every SECONDS (2 when not given) until Ctrl-C: on a terminal in place, "
+    "piped one snapshot after another (with --json, one JSON document per line).",
+)
+def status(
+    store_url: str | None,
+    api: str | None,
+    token_file: Path | None,
+    as_json: bool,
+    watch: float | None,
+) -> None:
     """Show the cluster: the controller and every node (from the store, or a node's API)."""
-    if api:
-        st = _api_status(api, token_file)
-    else:
-        url = need_store(store_url)
-        st = run_async(lambda: _cluster_status(url))
+    url = None if api else need_store(store_url)
+
+    def snapshot() -> dict[str, Any]:
+        if api:
+            return _api_status(api, token_file)
+        assert url is not None
+        return run_async(lambda: _cluster_status(url))
+
+    if watch is None:
+        _show_status(snapshot(), as_json)
+        return
+    tty = sys.stdout.isatty()
+    while True:
+        st = snapshot()
+        if tty and not as_json:
+            click.clear()
+        elif not as_json:
+            click.echo(f"-- {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        _show_status(st, as_json)
+        sys.stdout.flush()
+        time.sleep(watch)
+
+
+def _show_status(st: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st))
         return
