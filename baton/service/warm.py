@@ -37,7 +37,6 @@ from baton.cascade import node_ops
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.ticker import TickerConfig, tick_once
-from baton.errors import BatonError
 from baton.logs import describe
 from baton.service.mode import Mode
 from baton.service.worker import Worker
@@ -87,16 +86,11 @@ def warm_up(
         directory = Path(tempfile.mkdtemp(prefix="baton-warm-"))
         try:
             _run(spark, mode, directory, halt or threading.Event(), timeout)
-        except (BatonError, OSError, TimeoutError) as exc:
+        except Exception as exc:  # baton's errors and Spark's own (Py4J, a Connect status)
+            # One line: Spark's messages carry the JVM's trace, folded into the first 300 chars.
             log.warning(
                 "spark warm-up failed; the standby stays cold",
-                extra={"mode": mode.value, "error": describe(exc)},
-            )
-            return None
-        except Exception as exc:  # Spark's own errors (Py4J, a Connect status) have no base
-            log.warning(
-                "spark warm-up failed; the standby stays cold",
-                extra={"mode": mode.value, "error": describe(exc).splitlines()[0][:300]},
+                extra={"mode": mode.value, "error": describe(exc)[:300]},
             )
             return None
         finally:
