@@ -52,6 +52,12 @@ def one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None
             2,
             ["--log-format", "xml", "json", "kv"],
         ),
+        (["status", "--store", "SQLITE", "--watch", "0.01"], 2, ["--watch", "0.1"]),
+        (
+            ["cascade", "run", "SQLITE", "--store", "SQLITE", "--standby", "lukewarm"],
+            2,
+            ["--standby", "warm", "cold"],
+        ),
         (["lease", "show", "--store", "SQLITE"], 2, ["NAME"]),
         (["lease", "list", "--store", "redis://127.0.0.1:PORT/0"], 1, ["127.0.0.1"]),
         (["lease", "list", "--store", "postgresql://u:sekret@127.0.0.1:PORT/x"], 1, []),
