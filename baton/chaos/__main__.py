@@ -48,6 +48,13 @@ from baton.logs import describe
     show_default=True,
     help="Lose the cascade's root once, halfway: failover, then resurrect when it comes back.",
 )
+@click.option(
+    "--root-failover",
+    type=click.Choice(["auto", "manual"]),
+    default="auto",
+    show_default=True,
+    help="Who fails the lost root over: the agents' automatic failover, or the CLI's failover.",
+)
 def main(
     *,
     seed: int,
@@ -59,6 +66,7 @@ def main(
     kinds: tuple[str, ...],
     failover: bool,
     root_loss: bool,
+    root_failover: str,
 ) -> None:
     """Run a fault campaign against a local five-host cluster and check its history."""
     if (faults is None) == (duration is None):
@@ -69,7 +77,18 @@ def main(
     out.mkdir(parents=True)
     try:
         report = run(
-            out.resolve(), Plan(seed, faults, duration, per_round, ttl, kinds, failover, root_loss)
+            out.resolve(),
+            Plan(
+                seed,
+                faults,
+                duration,
+                per_round,
+                ttl,
+                kinds,
+                failover,
+                root_loss,
+                root_failover == "auto",
+            ),
         )
     except Exception as exc:
         # A failure of the harness itself (not a violation): one line, the run kept.
@@ -88,6 +107,7 @@ def main(
             + (f" --ttl {ttl:g}" if ttl != 2.0 else "")
             + ("" if failover else " --no-store-failover")
             + ("" if root_loss else " --no-root-loss")
+            + ("" if root_failover == "auto" else " --root-failover manual")
             + "".join(f" --only {kind}" for kind in kinds),
             err=True,
         )

@@ -28,6 +28,7 @@ import httpx
 from baton.chaos import checker
 from baton.chaos.cluster import (
     CASCADE,
+    CASCADE_SET,
     COUNTERS,
     LEASES,
     STORES,
@@ -66,6 +67,9 @@ class Plan:
     failover: bool = True
     #: Lose the cascade's root once, halfway through (see :func:`lose_root`).
     root_loss: bool = True
+    #: The root's loss is failed over by the node agents' automatic failover (else by
+    #: ``baton cascade failover``, as an operator would).
+    auto_failover: bool = True
 
     def root_loss_due(self, rounds: int, elapsed: float) -> bool:
         """Whether the root is lost after round ``rounds`` (``elapsed`` seconds in)."""
@@ -233,19 +237,36 @@ STRANDED_WRITES = 40
 WRITES_BEFORE_RESURRECT = 100
 
 
-def lose_root(cluster: ChaosCluster, harness: History) -> None:
+def _root_named(cluster: ChaosCluster, via: str) -> str | None:
+    """The writable root ``baton cascade root`` names through ``via`` (None: none now)."""
+    try:
+        found = json.loads(cluster.cli("cascade", "root", CASCADE_SET, "--via", via, "--json"))
+    except RuntimeError:
+        return None  # exit 1: no live root (a failover is due or under way)
+    return str(found["root"]) if found.get("state") == "writable" else None
+
+
+def lose_root(cluster: ChaosCluster, harness: History, auto: bool = True) -> float | None:
     """The root is lost, as an operator lives it: its service stops for good (its object is
     deleted) while the application goes on committing there, so that events are stranded on
-    it; the application is held, ``baton cascade failover`` promotes a branch, the application
-    is pointed at the new root; then the old root comes back and ``baton cascade resurrect``
-    saves its stranded events to ``stranded.jsonl`` and makes it a branch, and its object is
-    declared again (a subscriber now: placed where Spark runs). Every step goes through the
-    CLI; the checker then holds the run to: every acknowledged write is in the set or in the
-    saved file, never both, never twice."""
+    it. ``auto``: the set's automatic failover is on, and the node agents' actor promotes a
+    branch once the members agree the root is gone; else the application is held and
+    ``baton cascade failover`` promotes one. The application is pointed at the new root (as
+    ``baton cascade root`` names it); then the old root comes back and ``baton cascade
+    resurrect`` saves its stranded events to ``stranded.jsonl`` and makes it a branch, and its
+    object is declared again (a subscriber now: placed where Spark runs). Every step goes
+    through the CLI; the checker then holds the run to: every acknowledged write is in the set
+    or in the saved file, never both, never twice. Returns, when ``auto``, the seconds from the
+    root's service stopping to ``baton cascade root`` naming the new root."""
     writer = cluster.writer
     assert writer is not None
     old = cluster.root
-    harness.record("root-loss", root=old, step="start")
+    via = cluster.location(cluster.subscribers()[0])
+    harness.record("root-loss", root=old, step="start", auto=auto)
+    if auto:
+        # On for the loss only: in the rounds, two faults at once may take both of the root's
+        # hosts, which this harness does not follow (its writer would stay at the old root).
+        cluster.cli("cascade", "auto-failover", CASCADE_SET, "on", "--via", via)
     cluster.cli("object", "delete", old)
 
     def stopped() -> bool:
@@ -255,13 +276,29 @@ def lose_root(cluster: ChaosCluster, harness: History) -> None:
         )
 
     wait_for(stopped, timeout=60, interval=0.5, what=f"{old}'s service stopped")
+    since = time.monotonic()
     acked = writer.acked
     wait_for(lambda: writer.acked >= acked + STRANDED_WRITES, timeout=60, what="writes at the root")
-    writer.hold()
-    harness.record("root-loss", root=old, step="lost", acked=writer.acked)
-    via = cluster.location(cluster.subscribers()[0])
-    out = cluster.cli("cascade", "failover", old, "--via", via, "--json")
-    new = str(json.loads(out)["new_root"])
+    if auto:
+        # The application goes on writing at the old root until the set names another.
+        named = wait_for(
+            lambda: (n := _root_named(cluster, via)) not in (None, old) and n,
+            timeout=SETTLE_BOUND,
+            interval=0.2,
+            what="the automatic failover",
+        )
+        seconds = round(time.monotonic() - since, 2)
+        writer.hold()
+        harness.record("root-loss", root=old, step="lost", acked=writer.acked)
+        new = str(named)
+        out = json.dumps({"new_root": new, "auto": True, "seconds_after_stop": seconds})
+        cluster.cli("cascade", "auto-failover", CASCADE_SET, "off", "--via", cluster.location(new))
+    else:
+        writer.hold()
+        harness.record("root-loss", root=old, step="lost", acked=writer.acked)
+        out = cluster.cli("cascade", "failover", old, "--via", via, "--json")
+        new = str(json.loads(out)["new_root"])
+        seconds = None
     cluster.root = new
     harness.record("root-loss", root=new, step="failover", old=old, output=out)
     writer.move_to(node_db(cluster.dir, new))
@@ -277,6 +314,7 @@ def lose_root(cluster: ChaosCluster, harness: History) -> None:
     )
     harness.record("root-loss", root=new, step="resurrect", old=old, output=out)
     cluster.declare_objects()
+    return seconds
 
 
 def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
@@ -327,6 +365,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         started = time.monotonic()
         rounds = 0
         lost = False
+        auto_seconds: float | None = None
         while True:
             if plan.faults is not None and nemesis.count >= plan.faults:
                 break
@@ -349,7 +388,7 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
                 break
             if not lost and plan.root_loss_due(rounds, time.monotonic() - started):
                 lost = True
-                lose_root(cluster, harness)
+                auto_seconds = lose_root(cluster, harness, plan.auto_failover)
                 seconds, waited = settle(cluster, listeners, SETTLE_BOUND)
                 harness.record(
                     "settle", round=f"{rounds} (root lost)", seconds=seconds,
@@ -388,6 +427,9 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
     finally:
         cluster.disk.release()
     report["seed"] = plan.seed
+    if lost:
+        report["root_failover"] = "auto" if plan.auto_failover else "manual"
+        report["auto_failover_seconds"] = auto_seconds
     report["duration_s"] = round(time.monotonic() - started, 1)
     (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

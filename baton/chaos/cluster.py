@@ -42,6 +42,8 @@ FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 LEASES = ("job-a", "job-b")
 COUNTERS = ("c1", "c2")
 CASCADE = {"s1": None, "s2": "s1", "s3": "s2"}
+#: The cascade's set name.
+CASCADE_SET = "chaos"
 #: The hosts labelled ``spark=yes``: the branch's and the leaf's workers (which need Spark) are
 #: placed only there, as an operator keeps Spark on the machines sized for it. A worker that
 #: moves lands on the other one, whose JVM is already warm, rather than starting a JVM on a
@@ -361,7 +363,7 @@ class ChaosCluster:
             db.commit()
             db.close()
             if provider is None:
-                commands.create_root(node, self.location(node), "chaos")
+                commands.create_root(node, self.location(node), CASCADE_SET)
             else:
                 role = Role.LEAF if node == "s3" else Role.BRANCH
                 commands.create_subscriber(

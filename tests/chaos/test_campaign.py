@@ -1,7 +1,7 @@
 """The short fault campaign of ``make test``: one round of six random faults (fixed seed) against
 five agents in network namespaces, elected jobs writing to a fenced resource, placed counters
-and a root -> branch -> leaf cascade under a steady writer; then the root is lost (failover,
-resurrect), and the checker gives its verdict. Run as a
+and a root -> branch -> leaf cascade under a steady writer; then the root is lost (automatic
+failover by the agents, then resurrect), and the checker gives its verdict. Run as a
 user runs it, ``python -m baton.chaos``, in a process of its own. ``make chaos`` runs 1,000
 faults."""
 
@@ -56,4 +56,6 @@ def test_short_campaign_finds_no_violation(tmp_path: Path) -> None:
     # The root was lost after the round: a branch took over, the writes stranded on the old
     # root were saved by resurrect (and the checker matched each to an acknowledged write).
     assert report["root"] == "s2"
+    # Nobody ran a failover: the agents' actor did, once the members agreed the root was gone.
+    assert report["root_failover"] == "auto" and report["auto_failover_seconds"] is not None
     assert report["stranded_saved"] >= STRANDED_WRITES
