@@ -32,10 +32,11 @@ from baton.logs import describe
 
 log = logging.getLogger("baton.cascade")
 
-#: Seconds between two beats.
-INTERVAL = 1.0
+#: Seconds between two beats: twice a second, so that automatic failover's guard
+#: (:data:`baton.service.reach.QUIET_AFTER`) knows within 1.5 s that nothing serves a root.
+INTERVAL = 0.5
 #: A beat older than this says nothing runs any more (the process was killed or is frozen):
-#: ten beats, so that a loaded machine's late thread is not taken for a dead service.
+#: twenty beats, so that a loaded machine's late thread is not taken for a dead service.
 SILENT_AFTER = 10.0
 _KEY = "service"
 
@@ -76,10 +77,11 @@ class Beat:
     error: str = ""
     stopped: bool = False
 
-    def state(self, now: float) -> ServiceState:
+    def state(self, now: float, silent_after: float = SILENT_AFTER) -> ServiceState:
+        """As of wall time ``now``; a beat older than ``silent_after`` seconds is SILENT."""
         if self.stopped:
             return ServiceState.STOPPED
-        if now - self.at > SILENT_AFTER:
+        if now - self.at > silent_after:
             return ServiceState.SILENT
         return ServiceState.RUNNING
 

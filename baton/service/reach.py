@@ -35,7 +35,15 @@ from baton.store import Lease, Store
 log = logging.getLogger("baton.cascade")
 
 #: Seconds between two probes of the same node.
-PROBE_INTERVAL = 1.0
+PROBE_INTERVAL = 0.5
+#: A root whose service has not beaten for this long is not reached. Shorter than what
+#: ``cascade status`` calls silent (:data:`baton.cascade.beat.SILENT_AFTER`, 10 s, so that a
+#: loaded machine's late beat is not shown as a dead service): here a late beat alone decides
+#: nothing. A report only confirms a loss the actor saw first from fenced facts (the root's
+#: membership gone *and* its worker group without a leader), and with those gone its service
+#: has stopped anyway. Three missed beats (1.5 s): a failover waits for the slower of the
+#: lease's ttl and this, not for ten seconds.
+QUIET_AFTER = 3 * beat.INTERVAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +91,7 @@ def probe(location: str, now: float | None = None) -> Reach | None:
         except (CascadeError, OSError):
             return said(current, False, f"{current} does not answer")
         if pst.role is Role.ROOT:
-            if served is not None and served.state(at) is ServiceState.RUNNING:
+            if served is not None and served.state(at, QUIET_AFTER) is ServiceState.RUNNING:
                 return said(current, True)
             return said(current, False, f"{current} is not served")
         current = pst.provider
@@ -147,4 +155,4 @@ class Prober:
             await self.clock.sleep(self.interval)
 
 
-__all__ = ["PROBE_INTERVAL", "Prober", "Reach", "probe", "report"]
+__all__ = ["PROBE_INTERVAL", "QUIET_AFTER", "Prober", "Reach", "probe", "report"]

@@ -33,7 +33,7 @@ from baton.placement.model import GroupRecord, dump
 from baton.placement.records import create_object, make_object
 from baton.service.auto_failover import AutoFailover
 from baton.service.auto_view import read_cluster
-from baton.service.reach import Prober, Reach, probe, report
+from baton.service.reach import QUIET_AFTER, Prober, Reach, probe, report
 from baton.store.sqlite import SQLiteStore
 from baton.testing import ManualClock
 from baton.testing.workload import create_accounts
@@ -208,6 +208,9 @@ async def test_the_probe_and_its_reports(world: World) -> None:
     assert found is not None and found.reaches and found.root == "s1"
     gone = Reach("S", "s3", "s1", False, "s1 is not served", w.loc["s3"])
     assert probe(w.loc["s3"], now + 60) == gone
+    # Three missed beats are enough for the guard (status waits ten before it says silent).
+    assert probe(w.loc["s3"], now + QUIET_AFTER - 0.1) == found
+    assert probe(w.loc["s3"], now + QUIET_AFTER + 0.1) == gone
     # Reported under the host's membership, with the store's time; fresh for a while only.
     held = await w.store.acquire(member("c"), "c", SLOW.ttl)
     prober = Prober(w.store, lambda: [w.loc["s1"], w.loc["s3"]], lambda: held, clock=w.clock)
