@@ -9,10 +9,11 @@ else can serve it). ``s1`` is the root, ``s2``..``s(N-1)`` branches under it, ``
 under ``s2``. Automatic failover is on. A writer thread inserts a row every 20 ms through a
 ``RootWriter`` (``recheck`` 0.1 s), in asynchronous mode or with ``sync`` K.
 
-One trial: once the leaf applies, the current root's host agent is SIGKILLed; measured from
-the kill to the first write acknowledged at another root (**write**) and to the leaf holding
-that row (**leaf**). Then the dead host is started again, ``baton cascade resurrect`` saves the
-old root's stranded events and makes it a branch, and the trial checks:
+One trial: once the leaf applies, the current root's host agent is SIGKILLed (or SIGSTOPped,
+``--signal stop``: its leases run out while it is frozen); measured from the signal to the
+first write acknowledged at another root (**write**) and to the leaf holding that row
+(**leaf**). Then the host comes back (started again, or SIGCONT), ``baton cascade resurrect``
+saves the old root's stranded events and makes it a branch, and the trial checks:
 
 - asynchronous: the writes acknowledged at the old root that the new root does not hold are
   exactly the inserts ``resurrect`` saved (nothing else lost, nothing saved twice);
@@ -117,6 +118,14 @@ def _role(loc: str) -> Role | None:
         return None
 
 
+def _position(loc: str) -> int:
+    try:
+        with open_node_db(loc, readonly=True) as db:
+            return db.state().position
+    except (BatonError, OSError):
+        return -1
+
+
 def _cli(*args: str) -> str:
     res = subprocess.run([BATON, *args], capture_output=True, text=True, check=False, timeout=120)
     if res.returncode != 0:
@@ -165,6 +174,7 @@ def trial(
     *,
     sync: int,
     saved_before: set[int],
+    freeze: bool = False,
 ) -> Trial:
     leaf = list(loc)[-1]
     host = {name: f"n{i}" for i, name in enumerate(loc)}
@@ -175,7 +185,10 @@ def trial(
     last = writer.acks[-1]
     wait_for(lambda: _has(loc[leaf], last.id), timeout=180, what="the leaf to apply")
     kill_at = time.monotonic()
-    cluster.kill(host[old])
+    if freeze:
+        cluster.pause(host[old])  # SIGSTOP: its leases run out while it is frozen
+    else:
+        cluster.kill(host[old])
     first = wait_for(
         lambda: next((a for a in writer.acks[mark:] if a.node != old), None),
         timeout=120,
@@ -186,11 +199,16 @@ def trial(
     leaf_s = time.monotonic() - kill_at
     new = first.node
     # The old root's host comes back; the operator saves what was stranded there.
-    cluster.node(host[old]).start()
+    if freeze:
+        cluster.resume(host[old])
+    else:
+        cluster.node(host[old]).start()
     saved_file = directory / f"stranded-{k}.jsonl"
     _cli("cascade", "resurrect", old, "--via", loc[new], "--save", str(saved_file))
     saved = set()
-    for line in saved_file.read_text().splitlines():
+    # No file when there was nothing to save.
+    lines = saved_file.read_text().splitlines() if saved_file.exists() else []
+    for line in lines:
         ev = json.loads(line)
         key = ev["key"] if isinstance(ev["key"], dict) else json.loads(ev["key"])
         if ev.get("table") == "accounts":
@@ -204,8 +222,13 @@ def trial(
     lost = len(stranded) if sync else len(stranded - saved)
     if stranded != saved:
         print(f"  trial {k}: stranded {sorted(stranded)[:5]}.. saved {sorted(saved)[:5]}..")
-    # The resurrected node is a branch: wait until it applies again before the next kill.
+    # The resurrected node is a branch: wait until it applies again (its host's Spark session
+    # built, its position past the root's tick now) before the next kill.
     wait_for(lambda: _role(loc[old]) is Role.BRANCH, timeout=60, what=f"{old} a branch")
+    with open_node_db(loc[new], readonly=True) as db:
+        tip = db.last_tick()
+        assert tip is not None
+    wait_for(lambda: _position(loc[old]) >= tip.tick_id, timeout=300, what=f"{old} to apply again")
     saved_before |= saved
     return Trial(old, new, first.at - kill_at, leaf_s, len(stranded), len(saved), lost)
 
@@ -216,10 +239,15 @@ def main() -> None:
     ap.add_argument("--sync", type=int, default=0, help="K branches per commit (0: async)")
     ap.add_argument("--nodes", type=int, default=0, help="nodes (default 3; 4 with --sync)")
     ap.add_argument("--mode", default="low-latency", choices=["micro-batch", "low-latency"])
+    ap.add_argument(
+        "--signal", default="kill", choices=["kill", "stop"], help="SIGKILL or SIGSTOP the host"
+    )
+    ap.add_argument("--keep", type=Path, help="keep the cluster's files (logs) in this directory")
     args = ap.parse_args()
     n = args.nodes or (4 if args.sync else 3)
     with tempfile.TemporaryDirectory(prefix="bench-auto-failover-") as tmp:
-        directory = Path(tmp)
+        directory = Path(tmp) if args.keep is None else args.keep
+        directory.mkdir(parents=True, exist_ok=True)
         loc = build(directory, n)
         c = LocalCluster(n, None, directory / "cluster", ttl=TTL, reconcile_interval=0.3)
         for i, node in enumerate(c.nodes.values()):
@@ -235,7 +263,16 @@ def main() -> None:
             saved: set[int] = set()
             try:
                 for k in range(args.trials):
-                    t = trial(c, loc, writer, directory, k, sync=args.sync, saved_before=saved)
+                    t = trial(
+                        c,
+                        loc,
+                        writer,
+                        directory,
+                        k,
+                        sync=args.sync,
+                        saved_before=saved,
+                        freeze=args.signal == "stop",
+                    )
                     results.append(t)
                     print(
                         f"trial {k}: {t.old} -> {t.new}: write {t.write_s:.2f} s, leaf "
@@ -250,6 +287,7 @@ def main() -> None:
     leaves = [t.leaf_s for t in results]
     print(
         f"auto-failover ({'sync ' + str(args.sync) if args.sync else 'async'}, {args.mode}, "
+        f"SIG{args.signal.upper()}, "
         f"ttl {TTL:g}, {len(results)} kills): write p50 {quantile(writes, 0.5):.2f} / max "
         f"{max(writes):.2f} s; leaf p50 {quantile(leaves, 0.5):.2f} / max {max(leaves):.2f} s; "
         f"acknowledged writes lost {sum(t.lost for t in results)}; failed commits "
