@@ -72,6 +72,9 @@ class SteadyWriter(threading.Thread):
         self.via = via
         self.interval = interval
         self.acks: list[Ack] = []
+        #: Seconds each acknowledged commit took (BEGIN to the commit's return, and in sync
+        #: mode the branch's confirmation).
+        self.latencies: list[float] = []
         self.failures = 0
         self.halt = threading.Event()
         self.next_id = 1
@@ -81,6 +84,7 @@ class SteadyWriter(threading.Thread):
             while not self.halt.wait(self.interval):
                 id_ = self.next_id
                 self.next_id += 1
+                began = time.monotonic()
                 try:
                     with w.transaction() as cur:
                         cur.execute(
@@ -90,7 +94,9 @@ class SteadyWriter(threading.Thread):
                 except (BatonError, sqlite3.Error):
                     self.failures += 1  # not acknowledged: the writer goes on
                     continue
-                self.acks.append(Ack(id_, node, time.monotonic()))
+                done = time.monotonic()
+                self.acks.append(Ack(id_, node, done))
+                self.latencies.append(done - began)
 
 
 def _path(loc: str) -> Path:
@@ -291,7 +297,8 @@ def main() -> None:
         f"ttl {TTL:g}, {len(results)} kills): write p50 {quantile(writes, 0.5):.2f} / max "
         f"{max(writes):.2f} s; leaf p50 {quantile(leaves, 0.5):.2f} / max {max(leaves):.2f} s; "
         f"acknowledged writes lost {sum(t.lost for t in results)}; failed commits "
-        f"{writer.failures}"
+        f"{writer.failures}; commit latency p50 {quantile(writer.latencies, 0.5) * 1000:.1f} / "
+        f"p99 {quantile(writer.latencies, 0.99) * 1000:.1f} ms"
     )
 
 

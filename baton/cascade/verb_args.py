@@ -61,6 +61,24 @@ class Check(OnNodeOption):
     table: TableName | None = Field(None, description="Only this table.")
 
 
+class Compare(OnSet):
+    node: NodeName = positional("The branch or leaf to compare with its provider.")
+    tables: list[TableName] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="The tables to compare (default: every table NODE replicates).",
+        json_schema_extra={"cli": "argument", "metavar": "TABLE"},
+    )
+    keys: int = Field(
+        10, ge=0, le=1_000_000, description="Keys of each kind shown (JSON carries them all)."
+    )
+
+
+class Repair(OnSet):
+    node: NodeName = positional("The branch or leaf to repair.")
+    table: TableName = positional("The table to make equal to the provider's.")
+
+
 class RootOf(OnSet):
     set: NodeName = positional("The set's name.")
 

@@ -13,15 +13,18 @@ from baton.cascade.ddl import Executed
 from baton.cascade.handover import SwitchPlan
 from baton.cascade.node_replace import Replaced
 from baton.cascade.root import Root, RootState
+from baton.cascade.table_diff import Compared, Kind, Repaired
 from baton.cascade.verb import Grid, OnNode, Shown
 from baton.cascade.verb_args import (
     AddSeq,
     AddTable,
     Check,
+    Compare,
     Failover,
     OnNodeOption,
     RemoveSeq,
     RemoveTable,
+    Repair,
     Resurrect,
     RootOf,
     Switchover,
@@ -372,4 +375,47 @@ def sync_set(args: object, r: commands.SyncSet) -> list[Shown]:
             f"not reached: {', '.join(r.missed)} (they keep their old setting, which this "
             "newer one outweighs)"
         )
+    return out
+
+
+def _keys(kind: Kind, keys: list[dict[str, Any]], total: int) -> str:
+    shown = ", ".join(" ".join(f"{k}={v}" for k, v in key.items()) for key in keys)
+    more = f" (and {total - len(keys)} more: --json lists all)" if total > len(keys) else ""
+    return f"  {kind.value}: {shown}{more}"
+
+
+def compared(args: Compare, r: Compared) -> list[Shown]:
+    out: list[Shown] = [
+        f"{r.node} against its provider {r.provider}, both as of tick {r.position} "
+        f"({r.node} paused meanwhile, now resumed)"
+    ]
+    rows = []
+    for table, t in r.tables.items():
+        d = t.as_dict(args.keys)
+        verdict = "equal" if t.equal else "different"
+        rows.append((table, *(str(d[k.value]) for k in Kind), str(t.in_flight), verdict))
+    out.append(Grid(("table", "missing", "extra", "different", "in flight", "result"), rows))
+    for table, t in r.tables.items():
+        d = t.as_dict(args.keys)
+        lines = [_keys(k, d[f"{k.value}_keys"], d[k.value]) for k in Kind if d[k.value]]
+        if lines and args.keys:
+            out += [f"{table}:", *lines]
+    if any(t.in_flight for t in r.tables.values()):
+        out.append(
+            "in flight: keys the provider changed after that tick; the queue sets them at "
+            f"{r.node} (not compared)"
+        )
+    if not r.equal:
+        out.append(f"repair with: baton cascade repair {r.node} TABLE")
+    return out
+
+
+def repaired(args: Repair, r: Repaired) -> list[Shown]:
+    out: list[Shown] = [
+        f"{r.table} at {r.node} repaired as of tick {r.position}: {r.written} row(s) written, "
+        f"{r.deleted} deleted"
+    ]
+    out.append(
+        "compared again: equal" if r.equal_after else "compared again: still different (run again)"
+    )
     return out

@@ -43,6 +43,17 @@ def _switch_json(args: a_.Switchover, r: commands.Switched | commands.SwitchPlan
     return out
 
 
+def _compared_json(args: a_.Compare, r: commands.Compared) -> dict[str, Any]:
+    """Every key of every kind (``--keys`` only limits what a person reads)."""
+    return {
+        "node": r.node,
+        "provider": r.provider,
+        "position": r.position,
+        "equal": r.equal,
+        "tables": {name: t.as_dict() for name, t in r.tables.items()},
+    }
+
+
 def _script(a: a_.ExecuteFile) -> dict[str, Any]:
     """``execute FILE``: the file of the caller's host read into the script's name and text
     (an empty one refused with the line commands.execute would say)."""
@@ -345,6 +356,27 @@ VERBS: list[Verb[Any, Any]] = [
         show.members,
         shape=lambda a, r: [commands.member_dict(m) for m in r[1]],
         returns=list[dict[str, Any]],
+    ),
+    Verb(
+        "compare",
+        "Compare NODE's tables (every one, or TABLE...) with its provider's row by row on "
+        "Spark, both as of NODE's tick (NODE is paused meanwhile; writes go on at the root): "
+        "missing, extra and different rows. Exit 1 when any differs.",
+        a_.Compare,
+        lambda a: commands.compare(a.via, a.node, a.tables),
+        show.compared,
+        json=True,
+        shape=_compared_json,
+        fails=lambda r: not r.equal,
+    ),
+    Verb(
+        "repair",
+        "Make NODE's TABLE equal to its provider's as of NODE's tick, changing only the rows "
+        "that differ, in one transaction; then NODE resumes. Safe to run again.",
+        a_.Repair,
+        lambda a: commands.repair(a.via, a.node, a.table),
+        show.repaired,
+        json=True,
     ),
     _read(
         "check",

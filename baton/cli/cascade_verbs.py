@@ -56,6 +56,8 @@ def _param(name: str, field: FieldInfo, via: click.Option) -> click.Parameter:
     if name == "via":
         return via
     if _is_argument(field):
+        if get_origin(_base(field.annotation)) is list:  # NAME... (none or more)
+            return click.Argument([name], nargs=-1, metavar=f"[{_metavar(name, field)}]...")
         return click.Argument([name], metavar=name.upper(), type=_type(field))
     flag = "--" + name.replace("_", "-")
     if _base(field.annotation) is bool:

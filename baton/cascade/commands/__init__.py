@@ -24,7 +24,8 @@ This is synchronous code (node databases are): the API runs it in a thread. By c
 - :mod:`~baton.cascade.commands.tables`: tables, sequences and scripts through the queue;
 - :mod:`~baton.cascade.commands.operate`: events, providers, tags, pause;
 - :mod:`~baton.cascade.commands.switch`: switchover, failover, resurrect, replacing a branch;
-- :mod:`~baton.cascade.commands.status`: status, members, check, foreign keys and triggers.
+- :mod:`~baton.cascade.commands.status`: status, members, check, foreign keys and triggers;
+- :mod:`~baton.cascade.commands.diff`: compare and repair a table, on Spark.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from baton.cascade.commands.create import (
     create_root,
     create_subscriber,
 )
+from baton.cascade.commands.diff import compare, repair
 from baton.cascade.commands.operate import (
     QUEUE_ONLY_NOTE,
     Candidate,
@@ -108,6 +110,7 @@ from baton.cascade.commands.tables import (
     tables,
 )
 from baton.cascade.handover import SwitchPlan
+from baton.cascade.table_diff import Compared, Repaired
 from baton.errors import NotFinished, Refused
 
 __all__ = [
@@ -119,6 +122,7 @@ __all__ = [
     "QUEUE_ONLY_ROLE",
     "AutoFailover",
     "Candidate",
+    "Compared",
     "Created",
     "Emitted",
     "FailedOver",
@@ -129,6 +133,7 @@ __all__ = [
     "Paused",
     "ProviderChanged",
     "Refused",
+    "Repaired",
     "Resurrected",
     "SeqAdded",
     "SeqRemoved",
@@ -148,6 +153,7 @@ __all__ = [
     "change_provider",
     "check",
     "classify",
+    "compare",
     "create_merge_leaf",
     "create_node",
     "create_root",
@@ -169,6 +175,7 @@ __all__ = [
     "read_script",
     "remove_seq",
     "remove_table",
+    "repair",
     "replace_node",
     "resurrect",
     "root",

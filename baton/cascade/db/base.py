@@ -379,6 +379,11 @@ class NodeDB(abc.ABC):
         read on this instance's connection (so inside :meth:`snapshot` when called there); the
         tick is None for an event captured here (a root's)."""
 
+    def keys_after(self, table: str, tick_id: int) -> list[str | None]:
+        """The keys (JSON text) of ``table``'s row events after ``tick_id``: the keys this node
+        changed since then (``compare`` leaves them to the queue)."""
+        return [key for _, key, _ in self._row_events_after(table, tick_id)]
+
     @abc.abstractmethod
     def discard_after(self, cur: Any, tick_id: int) -> None:
         """Delete the ticks after ``tick_id`` and every event :meth:`events_after` returns."""

@@ -1,0 +1,404 @@
+"""``compare`` and ``repair`` (seed 004): a node's table against its provider's, row by row, at
+one tick, and the fewest changes that make them equal.
+
+**One tick, no long lock.** The node is paused first (its worker applies no batch while
+paused: :func:`baton.cascade.apply.apply_batch` refuses one in its transaction), so its
+table stays as of its position P while it is read. The provider goes on: writes continue at
+the root and the provider's table is read as it is, in one snapshot per partition. A key the
+provider changed after P has events after P in the provider's queue (which holds them for the
+node, whose watermark is at most P); those keys are left out of the comparison and counted as
+*in flight*: the queue sets them at the node once it resumes (events carry full row images,
+so a key's last event decides its row whatever the node held). Every other key is compared as
+of P exactly: the provider's row of such a key did not change between P and its read.
+
+**Whose pause.** The pause is marked as this operation's (the node's local key
+``compare``), so a compare or repair interrupted at any point (SIGKILL) leaves the node paused
+and marked, and running it again continues; a node paused by someone else is refused, and so
+is one resumed by someone during the operation (its position moved: run it again).
+
+**Exact.** Spark finds the candidate rows (:mod:`baton.spark.diff`: a full outer join on the
+key of the two tables' encoded rows, hash partitioned by the key); the driver then decides each
+candidate by value (:func:`same_row`), so two encodings of one value (an integer read as a
+double from another backend) are not a difference.
+
+**Repair** writes the provider's rows for the missing and different keys and deletes the extra
+ones in one transaction at the node, in the apply path (the guard triggers let it through), and
+only if the node is still paused by this operation at P; then the node resumes and later events
+apply on top.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any
+
+from baton.cascade.codec import ExactNumber, decode
+from baton.cascade.db import NodeDB
+from baton.cascade.model import Role
+from baton.cascade.set_ops import CascadeSet
+from baton.errors import CascadeInputError, Refused
+
+#: The node's local key marking a pause as a compare's or repair's.
+MARK = "compare"
+#: Keys of each kind shown unless asked for more (``--keys``); JSON carries them all.
+SHOWN_KEYS = 10
+
+
+class Kind(StrEnum):
+    MISSING = "missing"
+    """At the provider, not at the node."""
+    EXTRA = "extra"
+    """At the node, not at the provider."""
+    DIFFERENT = "different"
+    """At both, with other values."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A row pair Spark found different by its encoding (None: no row on that side)."""
+
+    node: str | None
+    provider: str | None
+
+
+#: Reads both tables and returns the candidates: (node location, provider location, table,
+#: the key's column positions) -> candidate pairs.
+Differ = Callable[[str, str, str, Sequence[int]], Iterable[Candidate]]
+
+
+@dataclass(frozen=True, slots=True)
+class RowDiff:
+    kind: Kind
+    key: tuple[Any, ...]
+    #: The node's and the provider's rows (None where there is none).
+    node: tuple[Any, ...] | None
+    provider: tuple[Any, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TableDiff:
+    """One table compared at the node's position."""
+
+    table: str
+    columns: list[str]
+    key_columns: list[str]
+    diffs: list[RowDiff]
+    #: Keys the provider changed after the position: left to the queue, not compared.
+    in_flight: int
+    seconds: float
+
+    def of(self, kind: Kind) -> list[RowDiff]:
+        return [d for d in self.diffs if d.kind is kind]
+
+    @property
+    def equal(self) -> bool:
+        return not self.diffs
+
+    def as_dict(self, keys: int | None = None) -> dict[str, Any]:
+        """For JSON: counts, and the keys of each kind (the first ``keys``, or all)."""
+        out: dict[str, Any] = {"equal": self.equal, "in_flight": self.in_flight,
+                               "seconds": round(self.seconds, 3)}  # fmt: skip
+        for kind in Kind:
+            found = self.of(kind)
+            out[kind.value] = len(found)
+            shown = found if keys is None else found[:keys]
+            out[f"{kind.value}_keys"] = [
+                dict(zip(self.key_columns, map(_plain, d.key), strict=True)) for d in shown
+            ]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """A compare's result: the node, its provider and the tick they were compared at."""
+
+    node: str
+    provider: str
+    position: int
+    tables: dict[str, TableDiff] = field(default_factory=dict)
+
+    @property
+    def equal(self) -> bool:
+        return all(t.equal for t in self.tables.values())
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON can show it."""
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, ExactNumber):
+        return value.text
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _exact(value: Any) -> Decimal | None:
+    try:
+        if isinstance(value, ExactNumber):
+            return Decimal(value.text)
+        if isinstance(value, bool):
+            return Decimal(int(value))
+        if isinstance(value, int | float) and (
+            not isinstance(value, float) or math.isfinite(value)
+        ):
+            return Decimal(value)  # exact: a double's binary value, an integer of any size
+    except InvalidOperation:
+        return None
+    return None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two values read from two nodes are the same, by capture's rules: bit for bit
+    for doubles (minus zero is not zero; every NaN is the same NaN), exact for numbers of any
+    size whatever type read them (SQLite's 1 is PostgreSQL's 1.0 and true), bytes as bytes,
+    text as text, NULL only as NULL."""
+    if a is None or b is None:
+        return a is None and b is None
+    if (
+        isinstance(a, float)
+        and isinstance(b, float)
+        and not isinstance(a, ExactNumber)
+        and (not isinstance(b, ExactNumber))
+    ):
+        if math.isnan(a) and math.isnan(b):
+            return True
+        return struct.pack("<d", a) == struct.pack("<d", b)
+    x, y = _exact(a), _exact(b)
+    if x is not None and y is not None:
+        if isinstance(a, float) and isinstance(b, float) and (a == 0.0 and b == 0.0):
+            return math.copysign(1, a) == math.copysign(1, b)
+        return x == y
+    if isinstance(a, bytes | memoryview) and isinstance(b, bytes | memoryview):
+        return bytes(a) == bytes(b)
+    if isinstance(a, float) and isinstance(b, float):  # infinities, NaN
+        return (math.isnan(a) and math.isnan(b)) or a == b
+    return type(a) is type(b) and bool(a == b)
+
+
+def same_row(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _key(values: Sequence[Any], positions: Sequence[int]) -> tuple[Any, ...]:
+    """A hashable key whose equality is :func:`same_value`'s for keys (integers, text)."""
+    out = []
+    for i in positions:
+        v = values[i]
+        if isinstance(v, bytes | memoryview):
+            v = bytes(v)
+        elif isinstance(v, float) and not isinstance(v, ExactNumber) and v.is_integer():
+            v = int(v)  # an integer key read as a double elsewhere is the same key
+        elif isinstance(v, bool):
+            v = int(v)
+        out.append(v)
+    return tuple(out)
+
+
+def _order(key: tuple[Any, ...]) -> tuple[tuple[str, Any], ...]:
+    """Keys in their natural order (numbers by value, text by text), kinds apart."""
+    return tuple(
+        (type(v).__name__, 0 if isinstance(v, float) and math.isnan(v) else v) for v in key
+    )
+
+
+def decide(
+    candidates: Iterable[Candidate],
+    positions: Sequence[int],
+    in_flight: set[tuple[Any, ...]],
+    exact: bool = False,
+) -> list[RowDiff]:
+    """The differences among Spark's candidates: keys in flight left out, each pair decided by
+    value; a key on both sides once (a missing and an extra row of one key, as two encodings
+    of it may join apart) is one pair."""
+    node: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    provider: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for c in candidates:
+        if c.node is not None:
+            row = tuple(decode(c.node, exact))
+            node[_key(row, positions)] = row
+        if c.provider is not None:
+            row = tuple(decode(c.provider, exact))
+            provider[_key(row, positions)] = row
+    out = []
+    for key in sorted(node.keys() | provider.keys(), key=_order):
+        if key in in_flight:
+            continue
+        n, p = node.get(key), provider.get(key)
+        if n is None:
+            out.append(RowDiff(Kind.MISSING, key, None, p))
+        elif p is None:
+            out.append(RowDiff(Kind.EXTRA, key, n, None))
+        elif not same_row(n, p):
+            out.append(RowDiff(Kind.DIFFERENT, key, n, p))
+    return out
+
+
+# -- the pause ------------------------------------------------------------------------------------
+
+
+def _check_node(c: CascadeSet, node: str, tables: Sequence[str]) -> tuple[str, list[str]]:
+    """``node``'s provider and the tables to compare (every one in state ok when none given);
+    one line for what cannot be compared."""
+    st = c.state(node)
+    if st.role is Role.ROOT or st.provider is None:
+        raise CascadeInputError(
+            f"{node} is the root of set {c.set_name}: it has no provider to compare with; "
+            "compare a branch or a leaf"
+        )
+    with c.db(node) as db:
+        mine = db.tables()
+    with c.db(st.provider) as db:
+        theirs = db.tables()
+    for t in tables:
+        if t not in mine:
+            raise CascadeInputError(
+                f"{node} does not replicate table {t!r} (it has {sorted(mine) or 'none'}; see "
+                f"'baton cascade tables --node {node}')"
+            )
+        if mine[t] != "ok":
+            raise Refused(f"{t} at {node} is {mine[t]}, not ok: compare it once it is copied")
+        if t not in theirs:
+            raise Refused(f"{st.provider}, {node}'s provider, does not replicate {t}")
+    chosen = list(tables) or sorted(t for t, s in mine.items() if s == "ok" and t in theirs)
+    if not chosen:
+        raise Refused(f"{node} has no table in state ok to compare")
+    return st.provider, chosen
+
+
+@contextmanager
+def paused(c: CascadeSet, node: str, what: str) -> Iterator[int]:
+    """Pause ``node`` as ``what`` (compare, repair) and yield its position; resume it after.
+    Continues a pause of this kind left by an interrupted run; refuses one of someone else."""
+    with c.db(node) as db, db.transaction() as cur:
+        st = db.state()
+        mark = db.get_local(MARK)
+        if st.paused and mark is None:
+            raise Refused(
+                f"{node} is paused by someone else (baton cascade pause): {what} pauses it "
+                f"itself; resume it first ('baton cascade resume {node}') or wait"
+            )
+        db.set_local(cur, "paused", "1")
+        db.set_local(cur, MARK, json.dumps({"by": what, "at": time.time()}))
+        position = st.position
+    yield position
+    with c.db(node) as db, db.transaction() as cur:
+        _still(db, node, position)
+        db.set_local(cur, MARK, None)
+        db.set_local(cur, "paused", "0")
+
+
+def _still(db: NodeDB, node: str, position: int) -> None:
+    """Refuse when ``node`` is no longer paused by this operation at ``position``."""
+    st = db.state()
+    if not st.paused or db.get_local(MARK) is None or st.position != position:
+        raise Refused(
+            f"{node} was resumed while it was compared (its position moved from tick "
+            f"{position} to {st.position}): nothing was changed; run it again"
+        )
+
+
+def _in_flight(c: CascadeSet, provider: str, table: str, position: int,
+               key_columns: Sequence[str]) -> set[tuple[Any, ...]]:  # fmt: skip
+    """The keys of ``table`` the provider changed after ``position`` (read after the rows, so
+    every change the rows' snapshots saw is among them)."""
+    out = set()
+    with c.db(provider) as db:
+        for text in db.keys_after(table, position):
+            key = decode(text or "null")
+            if isinstance(key, dict) and all(k in key for k in key_columns):
+                values = [key[k] for k in key_columns]
+                out.add(_key(values, range(len(values))))
+    return out
+
+
+def compare_tables(
+    c: CascadeSet, node: str, provider: str, tables: Sequence[str], position: int,
+    *, differ: Differ,
+) -> dict[str, TableDiff]:  # fmt: skip
+    """Each table of ``tables`` compared while ``node`` is paused at ``position``."""
+    out = {}
+    for table in tables:
+        started = time.monotonic()
+        with c.db(node) as db:
+            cols, pk = db.columns(table)
+            exact = db.exact_numbers(table)
+        positions = [cols.index(k) for k in pk] or list(range(len(cols)))
+        key_cols = [cols[i] for i in positions]
+        found = list(differ(c.location(node), c.location(provider), table, positions))
+        flight = _in_flight(c, provider, table, position, key_cols)
+        diffs = decide(found, positions, flight, exact)
+        out[table] = TableDiff(
+            table, cols, key_cols, diffs, len(flight), time.monotonic() - started
+        )
+    with c.db(node) as db:
+        _still(db, node, position)
+    return out
+
+
+def compare(c: CascadeSet, node: str, tables: Sequence[str], differ: Differ) -> Compared:
+    """``compare NODE [TABLE...]``: see the module docstring."""
+    provider, chosen = _check_node(c, node, tables)
+    with paused(c, node, "compare") as position:
+        found = compare_tables(c, node, provider, chosen, position, differ=differ)
+    return Compared(node, provider, position, found)
+
+
+@dataclass(frozen=True, slots=True)
+class Repaired:
+    node: str
+    table: str
+    position: int
+    #: Rows written (missing and different) and deleted (extra).
+    written: int
+    deleted: int
+    #: The compare after the repair is clean.
+    equal_after: bool
+
+
+def repair(c: CascadeSet, node: str, table: str, differ: Differ) -> Repaired:
+    """``repair NODE TABLE``: compare at the node's position, write the provider's rows for
+    the missing and different keys and delete the extra ones in one transaction (fenced by the
+    pause at that position), compare again, resume."""
+    provider, _ = _check_node(c, node, [table])
+    with paused(c, node, "repair") as position:
+        diff = compare_tables(c, node, provider, [table], position, differ=differ)[table]
+        positions = [diff.columns.index(k) for k in diff.key_columns]
+        rows = [d.provider for d in diff.diffs if d.provider is not None]
+        keys = [[d.node[i] for i in positions] for d in diff.of(Kind.EXTRA) if d.node]
+        with c.db(node) as db, db.transaction() as cur:
+            _still(db, node, position)
+            if keys:
+                db.delete_keys(cur, table, diff.key_columns, keys)
+            if rows:
+                db.upsert(cur, table, diff.columns, rows)
+        after = compare_tables(c, node, provider, [table], position, differ=differ)[table]
+    return Repaired(node, table, position, len(rows), len(keys), after.equal)
+
+
+__all__ = [
+    "MARK",
+    "SHOWN_KEYS",
+    "Candidate",
+    "Compared",
+    "Differ",
+    "Kind",
+    "RowDiff",
+    "TableDiff",
+    "compare",
+    "decide",
+    "repair",
+    "same_row",
+    "same_value",
+]

@@ -1,0 +1,67 @@
+"""``compare``'s Spark job: the candidate rows of two nodes' tables.
+
+Both tables are read by the copy's source (:class:`baton.spark.copy.TableSource`: SQLite
+tables with an integer key in rowid ranges, in parallel; others whole), each row one JSON
+array in the table's column order, encoded by the one codec (:mod:`baton.cascade.codec`), so
+equal values encode alike on both sides. The key is taken from the array in the JVM
+(``get_json_object``, no Python worker per row), the two sides are joined on it (a full outer
+join: Spark hash partitions both by the key) and only the pairs whose encodings differ, or that
+have one side, come back to the driver, where :func:`baton.cascade.table_diff.decide` judges
+them by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from baton.cascade.table_diff import Candidate, Differ
+from baton.spark.copy import TableSource
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: ``afterTick`` for the source: above every tick, so that no partition reads events (the
+#: copy's marker is not needed here).
+NO_EVENTS = 2**62
+#: Joins the key's parts (a character no JSON text holds unescaped).
+SEP = "\u0001"
+
+
+def _keyed(spark: SparkSession, location: str, table: str, positions: Sequence[int]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    rows = (
+        spark.read.format("batontable")
+        .option("location", location)
+        .option("table", table)
+        .option("afterTick", str(NO_EVENTS))
+        .load()
+    )
+    rows = rows.where(~F.col("row").startswith("{"))  # a partition's marker, not a row
+    parts = [F.coalesce(F.get_json_object("row", f"$[{i}]"), F.lit("null")) for i in positions]
+    return rows.select(F.concat_ws(SEP, *parts).alias("k"), F.col("row"))
+
+
+def spark_differ(spark: SparkSession) -> Differ:
+    """A :data:`~baton.cascade.table_diff.Differ` that runs on ``spark``."""
+    spark.dataSource.register(TableSource)
+
+    def differ(
+        node: str, provider: str, table: str, positions: Sequence[int]
+    ) -> Iterator[Candidate]:
+        from pyspark.sql import functions as F
+
+        n = _keyed(spark, node, table, positions).withColumnRenamed("row", "n")
+        p = _keyed(spark, provider, table, positions).withColumnRenamed("row", "p")
+        joined = n.join(p, "k", "full_outer")
+        differ = joined.where(
+            F.col("n").isNull() | F.col("p").isNull() | (F.col("n") != F.col("p"))
+        ).select("n", "p")
+        for row in differ.toLocalIterator():
+            yield Candidate(row["n"], row["p"])
+
+    return differ
+
+
+__all__ = ["NO_EVENTS", "spark_differ"]
