@@ -44,7 +44,7 @@ from baton.cascade.codec import ExactNumber, decode
 from baton.cascade.db import NodeDB
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
-from baton.errors import CascadeInputError, Refused
+from baton.errors import CascadeError, CascadeInputError, Refused
 
 #: The node's local key marking a pause as a compare's or repair's.
 MARK = "compare"
@@ -72,6 +72,36 @@ class Candidate:
 #: Reads both tables and returns the candidates: (node location, provider location, table,
 #: the key's column positions) -> candidate pairs.
 Differ = Callable[[str, str, str, Sequence[int]], Iterable[Candidate]]
+
+
+#: The process's differ factory (:func:`use_differ`): the cascade does not import Spark (its
+#: layer is below it), so the command line and the node's API, which do, give it one.
+_FACTORY: list[Callable[[], Differ]] = []
+
+
+def use_differ(factory: Callable[[], Differ]) -> None:
+    """Compare and repair in this process with the differ ``factory`` builds (on first use)."""
+    _FACTORY[:] = [factory]
+
+
+def process_differ() -> Differ:
+    """A differ that builds the process's own on first use (so bad input is refused before a
+    Spark session starts)."""
+    built: list[Differ] = []
+
+    def differ(
+        node: str, provider: str, table: str, positions: Sequence[int]
+    ) -> Iterable[Candidate]:
+        if not built:
+            if not _FACTORY:
+                raise CascadeError(
+                    "compare needs Spark, and this process has none: run it with the baton "
+                    "command line or a node's API"
+                )
+            built.append(_FACTORY[0]())
+        return built[0](node, provider, table, positions)
+
+    return differ
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,7 +428,9 @@ __all__ = [
     "TableDiff",
     "compare",
     "decide",
+    "process_differ",
     "repair",
     "same_row",
     "same_value",
+    "use_differ",
 ]

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from baton.cascade.root import RootState
 from baton.chaos import checker
 from baton.chaos.cluster import (
     CASCADE,
@@ -243,7 +244,7 @@ def _root_named(cluster: ChaosCluster, via: str) -> str | None:
         found = json.loads(cluster.cli("cascade", "root", CASCADE_SET, "--via", via, "--json"))
     except RuntimeError:
         return None  # exit 1: no live root (a failover is due or under way)
-    return str(found["root"]) if found.get("state") == "writable" else None
+    return str(found["root"]) if found.get("state") == RootState.WRITABLE else None
 
 
 def lose_root(cluster: ChaosCluster, harness: History, auto: bool = True) -> float | None:

@@ -17,10 +17,14 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from rich.table import Table
 
-from baton.cascade import commands
+from baton.cascade import commands, table_diff
 from baton.cascade.verb import ON_THIS_HOST, Args, Grid, Shown, Verb, is_host_path
 from baton.cli.common import console
+from baton.spark.diff import session_differ
 from baton.validation import first_problem
+
+# compare and repair run on this process's Spark session, built when one is first used.
+table_diff.use_differ(session_differ)
 
 
 def _is_argument(field: FieldInfo) -> bool:

@@ -28,9 +28,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from baton.cascade import commands
+from baton.cascade import commands, table_diff
 from baton.cascade.verb import Args, Verb
 from baton.cascade.verbs import VERBS
+from baton.spark.diff import session_differ
+
+# compare and repair run on the agent's Spark session (the one its workers use).
+table_diff.use_differ(session_differ)
 
 P = ParamSpec("P")
 R = TypeVar("R")

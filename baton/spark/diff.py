@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from baton.cascade.table_diff import Candidate, Differ
-from baton.spark.copy import TableSource
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,6 +44,8 @@ def _keyed(spark: SparkSession, location: str, table: str, positions: Sequence[i
 
 def spark_differ(spark: SparkSession) -> Differ:
     """A :data:`~baton.cascade.table_diff.Differ` that runs on ``spark``."""
+    from baton.spark.copy import TableSource  # pyspark's data source API: not at import
+
     spark.dataSource.register(TableSource)
 
     def differ(
@@ -64,4 +65,13 @@ def spark_differ(spark: SparkSession) -> Differ:
     return differ
 
 
-__all__ = ["NO_EVENTS", "spark_differ"]
+def session_differ() -> Differ:
+    """A differ on the process's Spark session (``BATON_SPARK_MASTER`` or
+    ``BATON_SPARK_REMOTE`` say where it runs): what the command line and the node's API give
+    :func:`baton.cascade.table_diff.use_differ`."""
+    from baton.spark.lifecycle import shared_session
+
+    return spark_differ(shared_session(quiet=True))
+
+
+__all__ = ["NO_EVENTS", "session_differ", "spark_differ"]

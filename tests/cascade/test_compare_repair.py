@@ -251,3 +251,27 @@ def test_one_value_read_by_two_backends_is_the_same() -> None:
     assert same_value(1, 1.0) and same_value(True, 1) and same_value(2**70, 2**70)
     assert not same_value(0.0, -0.0) and same_value(math.nan, -math.nan)
     assert not same_value(None, 0) and not same_value("1", 1) and same_value(b"a", b"a")
+
+
+def test_through_the_command_line(lite: dict[str, str], spark: SparkSession) -> None:
+    """``baton cascade repair`` in a process of its own (its own Spark, local[1]), then
+    ``compare`` here: clean."""
+    import os
+
+    from baton.spark.diff import spark_differ
+
+    s1, s2 = lite["s1"], lite["s2"]
+    sqlite_write(s1, "INSERT INTO items VALUES (1, 1, 1.5, 'a', NULL)")
+    tick(s1)
+    catch_up(s2)
+    at_branch(s2, "DELETE FROM items")
+    res = subprocess.run(
+        [BATON, "cascade", "repair", "s2", "items", "--via", s1, "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "BATON_SPARK_MASTER": "local[1]"},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert (out["written"], out["deleted"], out["equal_after"]) == (1, 0, True)
+    assert "Traceback" not in res.stderr and rows(s2) == rows(s1)
+    assert table_diff.compare(CascadeSet(s2), "s2", [], spark_differ(spark)).equal

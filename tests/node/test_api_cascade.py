@@ -407,7 +407,7 @@ ROUTES = {
     ("GET", "check"), ("POST", "create-node"), ("POST", "add-seq"), ("POST", "remove-seq"),
     ("GET", "seqs"), ("GET", "fkeys"), ("GET", "triggers"), ("POST", "execute"),
     ("POST", "node-switchover"), ("POST", "node-failover"), ("GET", "root"),
-    ("POST", "auto-failover"), ("POST", "sync"),
+    ("POST", "auto-failover"), ("POST", "sync"), ("POST", "compare"), ("POST", "repair"),
 }  # fmt: skip
 
 
