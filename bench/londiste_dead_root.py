@@ -143,8 +143,8 @@ def main() -> None:
     leaves = [r["leaf_s"] for r in results]
     print(
         f"londiste {version} takeover --dead-root ({len(results)} trials, the settings of "
-        f"bench.londiste): write p50 {quantile(writes, 0.5):.2f} / max {max(writes):.2f} s; leaf p50 "
-        f"{quantile(leaves, 0.5):.2f} / max {max(leaves):.2f} s"
+        f"bench.londiste): write p50 {quantile(writes, 0.5):.2f} / max {max(writes):.2f} s; "
+        f"leaf p50 {quantile(leaves, 0.5):.2f} / max {max(leaves):.2f} s"
     )
 
 
