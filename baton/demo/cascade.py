@@ -5,8 +5,9 @@ root comes back and ``resurrect`` saves the events that never left it; then two 
 are merged into the cascade (:mod:`baton.demo.partitions`). The workers run in the
 low-latency mode (one long-running Spark task each), and the demo shows how long one row takes
 from the root to the leaf, what a commit costs in synchronous mode (confirmed by the
-branch before it returns), and how soon a worker taken over in a warm session applies (hot
-standby)."""
+branch before it returns), how soon a worker taken over in a warm session applies (hot
+standby), and ``compare`` finding a stray row at the leaf while writes go on, which ``repair``
+removes."""
 
 from __future__ import annotations
 
@@ -15,18 +16,25 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from baton.cascade import commands
+from baton.cascade import commands, table_diff
 from baton.cascade.beat import ServiceState
+from baton.cascade.db import open_node_db
+from baton.cascade.table_diff import Repaired
 from baton.cascade.writer import RootWriter
 from baton.demo.partitions import partitions_part
 from baton.local.waiting import wait_for
 from baton.service.worker import LOW_LATENCY
+from baton.spark.diff import spark_differ
 from baton.spark.lifecycle import SessionSpec, SparkSessions
 from baton.testing.cascade import LocalSet
 from baton.testing.workload import run_workload
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Step = Callable[[str, float, str, bool], None]
 
@@ -105,6 +113,18 @@ def _sync_commits(s: LocalSet, n: int = 20) -> list[str | None]:
     return confirmed
 
 
+def _compare_and_repair(s: LocalSet, spark: SparkSession) -> tuple[str, Repaired]:
+    """Plant an extra row (id -7, a key the writer never uses) at the leaf; what compare finds
+    there, and what repair did."""
+    with open_node_db(s.location("leaf")) as db, db.transaction() as cur:
+        cur.execute("INSERT INTO accounts VALUES (-7, 0, 'stray', 0)")
+    differ = spark_differ(spark)
+    c = s.cascade()
+    diff = table_diff.compare(c, "leaf", ["accounts"], differ).tables["accounts"]
+    found = ", ".join(f"{d.kind.value} id {d.key[0]}" for d in diff.diffs) or "nothing"
+    return found, table_diff.repair(c, "leaf", "accounts", differ)
+
+
 def _services(s: LocalSet) -> dict[str, str]:
     """Each node's service as ``baton cascade status`` sees it (its heartbeat's phase)."""
     now = time.time()
@@ -170,6 +190,15 @@ def cascade_part(console: Console, workdir: Path, step: Step, master: str = "loc
         step("hot standby: the leaf's worker taken over", time.monotonic() - t0,
              f"at epoch {s.epochs['leaf']}; a row reached the leaf {seen:.2f} s after its "
              "commit (a warm session: no Spark start-up)", seen < 5.0)  # fmt: skip
+        # A stray row at the leaf (written past its guard, as a bug would): compare finds it
+        # while the writer goes on at the root, and repair removes exactly that row.
+        t0 = time.monotonic()
+        found, fixed = _compare_and_repair(s, spark)
+        step("compare and repair: a stray row at the leaf", time.monotonic() - t0,
+             f"compare found {found} (at the leaf's tick, on Spark); repair deleted "
+             f"{fixed.deleted} row(s), wrote {fixed.written}; compared again: "
+             f"{'equal' if fixed.equal_after else 'different'}",
+             found == "extra id -7" and fixed.equal_after)  # fmt: skip
         time.sleep(2.0)
         # The root dies mid-stream: its writer and ticker stop at once.
         writer.halt.set()
