@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from baton.cascade import beat, compare
+from baton.cascade import beat, compare, table_diff
 from baton.cascade.beat import Beat
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -52,6 +52,9 @@ class Member:
     switch_tick: int | None = None
     #: The last heartbeat of the process serving the node (None: never served).
     service: Beat | None = None
+    #: The operation that paused the node for itself, "compare" or "repair" (None: none; a
+    #: pause by ``baton cascade pause`` is :attr:`paused` alone).
+    paused_by: str | None = None
 
 
 def members(c: CascadeSet) -> list[Member]:
@@ -78,6 +81,7 @@ def members(c: CascadeSet) -> list[Member]:
                 switch = db.get_local("switch_tick") if st.role is Role.ROOT else None
                 switch_to = db.get_local("switch_to") if switch is not None else None
                 served = beat.read(db)
+                held = db.get_local(table_diff.MARK)
         except (CascadeError, OSError):
             out.append(Member(name, loc, "?", None, 0, None, None, False, dead, False, {}))
             continue
@@ -113,6 +117,7 @@ def members(c: CascadeSet) -> list[Member]:
                 switching_to=switch_to,
                 switch_tick=None if switch is None else int(switch),
                 service=served,
+                paused_by=table_diff.paused_by(held),
             )
         )
     return out

@@ -329,6 +329,16 @@ def paused(c: CascadeSet, node: str, what: str) -> Iterator[int]:
         db.set_local(cur, "paused", "0")
 
 
+def paused_by(mark: str | None) -> str | None:
+    """Which operation a node's :data:`MARK` says paused it (None: no mark)."""
+    if mark is None:
+        return None
+    try:
+        return str(json.loads(mark)["by"])
+    except (ValueError, KeyError, TypeError):
+        return "compare"
+
+
 def _still(db: NodeDB, node: str, position: int) -> None:
     """Refuse when ``node`` is no longer paused by this operation at ``position``."""
     st = db.state()
@@ -428,6 +438,7 @@ __all__ = [
     "TableDiff",
     "compare",
     "decide",
+    "paused_by",
     "process_differ",
     "repair",
     "same_row",

@@ -226,6 +226,12 @@ def _served(m: observe.Member) -> bool:
     return m.service is not None and m.service.state(time.time()) is ServiceState.RUNNING
 
 
+def _paused(m: observe.Member) -> str:
+    if not m.paused:
+        return "no"
+    return "yes" if m.paused_by is None else f"yes ({m.paused_by} running)"
+
+
 _MEMBER_COLUMNS = ("name", "role", "provider", "tick", "made", "lag", "lag s", "paused", "state",
                    "service", "tables")  # fmt: skip
 
@@ -244,7 +250,7 @@ def members_grid(members: list[observe.Member], title: str) -> Grid:
             _age(m.tick_time),
             "-" if m.lag_ticks is None else str(m.lag_ticks),
             "-" if m.lag_seconds is None else f"{m.lag_seconds:g}",
-            "yes" if m.paused else "no",
+            _paused(m),
             state or "ok",
             _service(m),
             ", ".join(t if s == "ok" else f"{t} ({s})" for t, s in m.tables.items()) or "-",

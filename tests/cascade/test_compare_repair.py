@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baton.cascade import commands, node_ops, set_ops, table_diff
+from baton.cascade import commands, node_ops, observe, set_ops, table_diff
 from baton.cascade.codec import encode_row
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -167,6 +167,8 @@ def test_an_interrupted_repair_run_again_ends_equal(
     with pytest.raises(RuntimeError), table_diff.paused(c, "s2", "repair"):
         raise RuntimeError("killed")  # the process died here: no resume
     assert c.state("s2").paused
+    # status says whose pause it is
+    assert {m.name: m.paused_by for m in observe.members(c)} == {"s1": None, "s2": "repair"}
     fixed = table_diff.repair(c, "s2", "items", spark_differ(spark))
     assert fixed.written == 1 and fixed.equal_after and not c.state("s2").paused
     assert rows(s2) == rows(s1)
