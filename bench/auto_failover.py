@@ -78,15 +78,16 @@ class SteadyWriter(threading.Thread):
         #: (from, to): the steady stretches, between a recovery and the next kill.
         self.steady: list[tuple[float, float]] = []
 
+        self.failures = 0
+        self.halt = threading.Event()
+        self.next_id = 1
+
     def steady_latencies(self) -> list[float]:
         """The commit latencies of the steady stretches only (a failover's wait left out)."""
         return [
             took for began, took in self.latencies
             if any(a <= began and began + took <= b for a, b in self.steady)
         ]  # fmt: skip
-        self.failures = 0
-        self.halt = threading.Event()
-        self.next_id = 1
 
     def run(self) -> None:
         with RootWriter(SET, self.via, recheck=0.1, sync_timeout=2.0) as w:
