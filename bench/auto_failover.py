@@ -9,7 +9,8 @@ else can serve it). ``s1`` is the root, ``s2``..``s(N-1)`` branches under it, ``
 under ``s2``. Automatic failover is on. A writer thread inserts a row every 20 ms through a
 ``RootWriter`` (``recheck`` 0.1 s), in asynchronous mode or with ``sync`` K.
 
-One trial: once the leaf applies, the current root's host agent is SIGKILLed (or SIGSTOPped,
+One trial: once the leaf applies and after ``--steady`` seconds of writes (their commit latency
+is the steady one), the current root's host agent is SIGKILLed (or SIGSTOPped,
 ``--signal stop``: its leases run out while it is frozen); measured from the signal to the
 first write acknowledged at another root (**write**) and to the leaf holding that row
 (**leaf**). Then the host comes back (started again, or SIGCONT), ``baton cascade resurrect``
@@ -191,16 +192,19 @@ def trial(
     sync: int,
     saved_before: set[int],
     freeze: bool = False,
+    steady: float = 0.0,
 ) -> Trial:
     leaf = list(loc)[-1]
     host = {name: f"n{i}" for i, name in enumerate(loc)}
     old = next(n for n in loc if _role(loc[n]) is Role.ROOT)
-    # Steady state: the leaf applies what the root acknowledges now.
-    steady_from = time.monotonic()
+    # Steady state: the leaf applies what the root acknowledges now; then ``steady`` seconds
+    # of writes whose commit latency counts as the steady one.
     mark = len(writer.acks)
     wait_for(lambda: len(writer.acks) > mark + 10, timeout=120, what="writes at the root")
     last = writer.acks[-1]
     wait_for(lambda: _has(loc[leaf], last.id), timeout=180, what="the leaf to apply")
+    steady_from = time.monotonic()
+    time.sleep(steady)
     kill_at = time.monotonic()
     writer.steady.append((steady_from, kill_at))
     if freeze:
@@ -260,6 +264,9 @@ def main() -> None:
     ap.add_argument(
         "--signal", default="kill", choices=["kill", "stop"], help="SIGKILL or SIGSTOP the host"
     )
+    ap.add_argument(
+        "--steady", type=float, default=10.0, help="seconds of steady writes before each kill"
+    )
     ap.add_argument("--keep", type=Path, help="keep the cluster's files (logs) in this directory")
     args = ap.parse_args()
     n = args.nodes or (4 if args.sync else 3)
@@ -290,6 +297,7 @@ def main() -> None:
                         sync=args.sync,
                         saved_before=saved,
                         freeze=args.signal == "stop",
+                        steady=args.steady,
                     )
                     results.append(t)
                     print(
