@@ -1,5 +1,5 @@
-"""``compare`` and ``repair`` (seed 004): a node's table against its provider's, row by row, at
-one tick, and the fewest changes that make them equal.
+"""``compare``, ``repair`` and ``resync`` (seed 004): a node's table against its provider's, row
+by row, at one tick, and the fewest changes that make them equal (or a copy made again).
 
 **One tick, no long lock.** The node is paused first (its worker applies no batch while
 paused: :func:`baton.cascade.apply.apply_batch` refuses one in its transaction), so its
@@ -20,6 +20,9 @@ is one resumed by someone during the operation (its position moved: run it again
 key of the two tables' encoded rows, hash partitioned by the key); the driver then decides each
 candidate by value (:func:`same_row`), so two encodings of one value (an integer read as a
 double from another backend) are not a difference.
+
+**Resync** (:func:`resync`) copies the table again instead, with the worker's Spark copy:
+for a table that differs almost everywhere.
 
 **Repair** writes the provider's rows for the missing and different keys and deletes the extra
 ones in one transaction at the node, in the apply path (the guard triggers let it through), and
@@ -44,7 +47,7 @@ from baton.cascade.codec import ExactNumber, decode
 from baton.cascade.db import NodeDB
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
-from baton.errors import CascadeError, CascadeInputError, Refused
+from baton.errors import CascadeError, CascadeInputError, NotFinished, Refused
 
 #: The node's local key marking a pause as a compare's or repair's.
 MARK = "compare"
@@ -427,6 +430,65 @@ def repair(c: CascadeSet, node: str, table: str, differ: Differ) -> Repaired:
     return Repaired(node, table, position, len(rows), len(keys), after.equal)
 
 
+@dataclass(frozen=True, slots=True)
+class Resynced:
+    node: str
+    table: str
+    #: The table's state when the command returned (ok once the copy is done and caught up).
+    state: str
+    #: It was being copied already (a resync run again, or a copy under way).
+    already: bool
+
+
+#: How often a waiting resync reads the table's state (seconds).
+RESYNC_POLL = 0.2
+
+
+def resync(c: CascadeSet, node: str, table: str, timeout: float) -> Resynced:
+    """``resync NODE TABLE``: copy ``table`` to ``node`` again from its provider with the
+    worker's Spark copy (:func:`baton.cascade.node_ops.copy_table`): the table becomes
+    ``copying`` and NODE's worker copies it in one transaction (its old rows replaced, never
+    an empty table in between), then catches up from the copy's tick. Waits up to ``timeout``
+    seconds for ``ok`` (0: not at all); :class:`NotFinished` when it is not there yet (the
+    copy goes on: run it again to wait). Resumable: run again, it waits for the same copy."""
+    st = c.state(node)
+    if st.role is Role.ROOT or st.provider is None:
+        raise CascadeInputError(
+            f"{node} is the root of set {c.set_name}: its tables are the source; resync a "
+            "branch or a leaf"
+        )
+    if st.merge_leaf:
+        raise Refused(
+            f"{node} is a merge-leaf: its {table} holds other partitions' rows too; resync "
+            "the partition set's nodes instead"
+        )
+    with c.db(node) as db:
+        state = db.tables().get(table)
+        if state is None:
+            raise CascadeInputError(
+                f"{node} does not replicate table {table!r} (it has "
+                f"{sorted(db.tables()) or 'none'}; see 'baton cascade tables --node {node}')"
+            )
+        already = state == "copying"
+        if not already:
+            with db.transaction() as cur:
+                db.set_table(cur, table, "copying", db.table_tick(table))
+    if timeout == 0:
+        return Resynced(node, table, "copying", already)
+    deadline = time.monotonic() + timeout
+    while True:
+        with c.db(node) as db:
+            state = db.tables().get(table, "absent")
+        if state == "ok":
+            return Resynced(node, table, state, already)
+        if time.monotonic() >= deadline:
+            raise NotFinished(
+                f"{table} at {node} is {state} after {timeout:g} s: {node}'s worker copies it "
+                "(is its service running? see 'baton cascade status'); run resync again to wait"
+            )
+        time.sleep(RESYNC_POLL)
+
+
 __all__ = [
     "MARK",
     "SHOWN_KEYS",
@@ -434,6 +496,7 @@ __all__ = [
     "Compared",
     "Differ",
     "Kind",
+    "Resynced",
     "RowDiff",
     "TableDiff",
     "compare",
@@ -441,6 +504,7 @@ __all__ = [
     "paused_by",
     "process_differ",
     "repair",
+    "resync",
     "same_row",
     "same_value",
     "use_differ",

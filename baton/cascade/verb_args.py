@@ -79,6 +79,15 @@ class Repair(OnSet):
     table: TableName = positional("The table to make equal to the provider's.")
 
 
+class Resync(OnSet):
+    node: NodeName = positional("The branch or leaf to copy the table to again.")
+    table: TableName = positional("The table to copy again from the provider.")
+    timeout: float = Field(
+        60.0, ge=0, le=3600, description="Seconds to wait for the copy to be ok (0: do not wait).",
+        json_schema_extra={"metavar": "SECONDS"},
+    )  # fmt: skip
+
+
 class RootOf(OnSet):
     set: NodeName = positional("The set's name.")
 

@@ -13,7 +13,7 @@ from baton.cascade.ddl import Executed
 from baton.cascade.handover import SwitchPlan
 from baton.cascade.node_replace import Replaced
 from baton.cascade.root import Root, RootState
-from baton.cascade.table_diff import Compared, Kind, Repaired
+from baton.cascade.table_diff import Compared, Kind, Repaired, Resynced
 from baton.cascade.verb import Grid, OnNode, Shown
 from baton.cascade.verb_args import (
     AddSeq,
@@ -26,6 +26,7 @@ from baton.cascade.verb_args import (
     RemoveTable,
     Repair,
     Resurrect,
+    Resync,
     RootOf,
     Switchover,
 )
@@ -425,3 +426,13 @@ def repaired(args: Repair, r: Repaired) -> list[Shown]:
         "compared again: equal" if r.equal_after else "compared again: still different (run again)"
     )
     return out
+
+
+def resynced(args: Resync, r: Resynced) -> list[Shown]:
+    again = " (a copy was under way already)" if r.already else ""
+    if r.state == "ok":
+        return [f"{r.table} at {r.node} copied again from its provider and caught up: ok{again}"]
+    return [
+        f"{r.table} at {r.node} is {r.state}{again}: {r.node}'s worker copies it; "
+        f"'baton cascade tables --node {r.node}' shows when it is ok"
+    ]

@@ -378,6 +378,15 @@ VERBS: list[Verb[Any, Any]] = [
         show.repaired,
         json=True,
     ),
+    Verb(
+        "resync",
+        "Copy NODE's TABLE again from its provider with the worker's Spark copy (its rows "
+        "replaced in one transaction, never emptied first), then catch up; waits for ok.",
+        a_.Resync,
+        lambda a: commands.resync(a.via, a.node, a.table, a.timeout),
+        show.resynced,
+        json=True,
+    ),
     _read(
         "check",
         "Compare NODE's rows with its provider's (row count and checksum) per table; exit 1 "

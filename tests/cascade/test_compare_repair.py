@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from baton.cascade import commands, node_ops, observe, set_ops, table_diff
 from baton.cascade.codec import encode_row
 from baton.cascade.db import open_node_db
-from baton.cascade.model import Role
+from baton.cascade.model import Role, TableCopy
 from baton.cascade.set_ops import CascadeSet
 from baton.cascade.table_diff import Candidate, Kind, decide, same_value
-from baton.errors import Refused
+from baton.errors import NotFinished, Refused
 from baton.testing.servers import PostgresServer
 from tests.cascade.test_root_writer import catch_up, tick
 from tests.test_cli import BATON
@@ -277,3 +277,40 @@ def test_through_the_command_line(lite: dict[str, str], spark: SparkSession) -> 
     assert (out["written"], out["deleted"], out["equal_after"]) == (1, 0, True)
     assert "Traceback" not in res.stderr and rows(s2) == rows(s1)
     assert table_diff.compare(CascadeSet(s2), "s2", [], spark_differ(spark)).equal
+
+
+def test_resync_copies_again_and_a_copy_killed_midway_is_copied_again(
+    lite: dict[str, str], spark: SparkSession
+) -> None:
+    """resync makes the table copying; the worker's copy (here by hand, as the worker runs it,
+    with Spark) replaces the rows in one transaction: one killed midway changed nothing, and
+    the next one ends equal."""
+    from baton.spark.copy import spark_rows
+
+    s1, s2 = lite["s1"], lite["s2"]
+    for i in range(1, 6):
+        sqlite_write(s1, "INSERT INTO items VALUES (?, ?, 0.5, 'a', NULL)", (i, i))
+    tick(s1)
+    catch_up(s2)
+    at_branch(s2, "DELETE FROM items WHERE id = 2")
+    at_branch(s2, "INSERT INTO items VALUES (77, 0, 0.0, 'stray', NULL)")
+    before = rows(s2)
+    c = CascadeSet(s2)
+    done = table_diff.resync(c, "s2", "items", timeout=0)
+    assert (done.state, done.already) == ("copying", False)
+    assert table_diff.resync(c, "s2", "items", timeout=0).already  # run again: the same copy
+    with pytest.raises(NotFinished, match=r"is copying after 0\.2 s"):
+        table_diff.resync(c, "s2", "items", timeout=0.2)  # no worker runs here
+
+    def killed(location: str, table: str, tick_id: int) -> TableCopy:
+        copy = spark_rows(spark)(location, table, tick_id)
+        raise RuntimeError(f"killed after reading {len(copy.rows)} rows")
+
+    with pytest.raises(RuntimeError, match="killed after reading 5 rows"):
+        node_ops.copy_table(s2, "items", killed)
+    assert rows(s2) == before and c.state("s2").position > 0
+    assert node_ops.copy_table(s2, "items", spark_rows(spark)) == "ok"
+    assert rows(s2) == rows(s1)
+    assert table_diff.resync(c, "s2", "items", timeout=5).state == "ok"  # ok already: returns
+    res = cli("resync", "s1", "items", "--via", s1)
+    assert res.returncode == 2 and "is the root of set S" in res.stderr

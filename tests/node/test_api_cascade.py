@@ -408,6 +408,7 @@ ROUTES = {
     ("GET", "seqs"), ("GET", "fkeys"), ("GET", "triggers"), ("POST", "execute"),
     ("POST", "node-switchover"), ("POST", "node-failover"), ("GET", "root"),
     ("POST", "auto-failover"), ("POST", "sync"), ("POST", "compare"), ("POST", "repair"),
+    ("POST", "resync"),
 }  # fmt: skip
 
 

@@ -40,7 +40,7 @@ from baton.cascade.commands.create import (
     create_root,
     create_subscriber,
 )
-from baton.cascade.commands.diff import compare, repair
+from baton.cascade.commands.diff import compare, repair, resync
 from baton.cascade.commands.operate import (
     QUEUE_ONLY_NOTE,
     Candidate,
@@ -110,7 +110,7 @@ from baton.cascade.commands.tables import (
     tables,
 )
 from baton.cascade.handover import SwitchPlan
-from baton.cascade.table_diff import Compared, Repaired
+from baton.cascade.table_diff import Compared, Repaired, Resynced
 from baton.errors import NotFinished, Refused
 
 __all__ = [
@@ -135,6 +135,7 @@ __all__ = [
     "Refused",
     "Repaired",
     "Resurrected",
+    "Resynced",
     "SeqAdded",
     "SeqRemoved",
     "SetStatus",
@@ -178,6 +179,7 @@ __all__ = [
     "repair",
     "replace_node",
     "resurrect",
+    "resync",
     "root",
     "set_paused",
     "status",
