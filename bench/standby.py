@@ -22,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from baton.local.processes import Proc, descendants
 from baton.local.waiting import wait_for
 from baton.service.mode import MODES
 from baton.testing.cascade import root_and_branch, root_ticked
+from baton.testing.spark_servers import StandaloneCluster
 from baton.testing.workload import Writer
 from bench.common import quantile
 
@@ -102,6 +104,8 @@ def takeover_trial(
     sig: int = signal.SIGKILL,
     mode: str = "micro-batch",
     cost_window: float = COST_WINDOW,
+    *,
+    master: str = "local[2]",
 ) -> Takeover:
     """Run one trial in ``directory`` (see the module docstring); raises when s2 does not
     apply again or differs from s1 afterwards. ``cost_window``: seconds over which the
@@ -112,7 +116,10 @@ def takeover_trial(
     def run(name: str, location: str) -> Proc:
         argv = [BATON, "cascade", "run", location, "--store", store, "--ttl", f"{TTL:g}",
                 "--spark-dir", str(directory / f"spark-{name}"), "--standby", standby,
-                "--spark-master", "local[2]", "--mode", mode]  # fmt: skip
+                "--spark-master", master, "--mode", mode]  # fmt: skip
+        if master.startswith("spark://"):
+            # Two applications share the cluster: each takes two cores at most.
+            argv += ["--spark-conf", "spark.cores.max=2"]
         return Proc(name, argv, directory / f"{name}.log", group=True)
 
     def applied() -> int:
@@ -182,17 +189,32 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--mode", action="append", choices=MODES, help="(repeatable)")
+    parser.add_argument(
+        "--standalone",
+        action="store_true",
+        help="on a Spark standalone cluster (a master and two workers of two cores, on this "
+        "host) instead of local[2]",
+    )
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        master = "local[2]"
+        if args.standalone:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-")))
+            master = stack.enter_context(StandaloneCluster(work, workers=2, cores=2)).url
+        _run_all(args.trials, args.mode or MODES, master)
+
+
+def _run_all(trials: int, modes: Sequence[str], master: str) -> None:
     for mode, sig, standby in itertools.product(
-        args.mode or MODES, (signal.SIGKILL, signal.SIGSTOP), ("warm", "cold")
+        modes, (signal.SIGKILL, signal.SIGSTOP), ("warm", "cold")
     ):
         got = []
-        for _ in range(args.trials):
+        for _ in range(trials):
             with tempfile.TemporaryDirectory(prefix="baton-bench-standby-") as d:
-                got.append(takeover_trial(Path(d), standby, sig, mode))
+                got.append(takeover_trial(Path(d), standby, sig, mode, master=master))
         times = [t.seconds for t in got]
         print(
-            f"{mode} {sig.name} {standby:>4}: takeover to first apply p50 "
+            f"{master} {mode} {sig.name} {standby:>4}: takeover to first apply p50 "
             f"{quantile(times, 0.5):.2f} s, max {max(times):.2f} s ({times}); standing by: "
             f"{quantile([t.standby_rss_mb for t in got], 0.5):.0f} MB in "
             f"{max(t.standby_processes for t in got)} processes, "
