@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from baton.cascade.codec import ExactNumber, decode
 from baton.cascade.db import NodeDB
@@ -72,9 +72,58 @@ class Candidate:
     provider: str | None
 
 
-#: Reads both tables and returns the candidates: (node location, provider location, table,
-#: the key's column positions) -> candidate pairs.
-Differ = Callable[[str, str, str, Sequence[int]], Iterable[Candidate]]
+#: How far a table's comparison has got: (tasks done, tasks in all).
+Report = Callable[[int, int], None]
+
+
+class Differ(Protocol):
+    """Reads both tables and returns the candidates: (node location, provider location,
+    table, the key's column positions, a progress callback) -> candidate pairs."""
+
+    def __call__(
+        self,
+        node: str,
+        provider: str,
+        table: str,
+        positions: Sequence[int],
+        progress: Report | None = None,
+    ) -> Iterable[Candidate]: ...
+
+
+#: Where progress goes besides the node's mark (the command line's progress bar): (node,
+#: operation, table, done, total).
+Sink = Callable[[str, str, str, int, int], None]
+_SINKS: list[Sink] = []
+#: Seconds between two writes of the progress into the node's mark.
+MARK_EVERY = 1.0
+
+
+def use_progress(sink: Sink | None) -> None:
+    """Send every comparison's progress in this process to ``sink`` too (None: no more)."""
+    _SINKS[:] = [] if sink is None else [sink]
+
+
+class MarkProgress:
+    """A table's progress, to the sinks and (every :data:`MARK_EVERY` seconds) into the node's
+    mark, where ``cascade status`` shows it."""
+
+    def __init__(self, c: CascadeSet, node: str, what: str, table: str) -> None:
+        self.c, self.node, self.what, self.table = c, node, what, table
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        for sink in _SINKS:
+            sink(self.node, self.what, self.table, done, total)
+        now = time.monotonic()
+        if now - self._last < MARK_EVERY and done < total:
+            return
+        self._last = now
+        with self.c.db(self.node) as db, db.transaction() as cur:
+            if db.get_local(MARK) is None:
+                return  # the operation ended meanwhile
+            body = {"by": self.what, "at": time.time(), "table": self.table, "done": done,
+                    "total": total}  # fmt: skip
+            db.set_local(cur, MARK, json.dumps(body))
 
 
 #: The process's differ factory (:func:`use_differ`): the cascade does not import Spark (its
@@ -93,7 +142,11 @@ def process_differ() -> Differ:
     built: list[Differ] = []
 
     def differ(
-        node: str, provider: str, table: str, positions: Sequence[int]
+        node: str,
+        provider: str,
+        table: str,
+        positions: Sequence[int],
+        progress: Report | None = None,
     ) -> Iterable[Candidate]:
         if not built:
             if not _FACTORY:
@@ -102,7 +155,7 @@ def process_differ() -> Differ:
                     "command line or a node's API"
                 )
             built.append(_FACTORY[0]())
-        return built[0](node, provider, table, positions)
+        return built[0](node, provider, table, positions, progress)
 
     return differ
 
@@ -337,7 +390,11 @@ def paused_by(mark: str | None) -> str | None:
     if mark is None:
         return None
     try:
-        return str(json.loads(mark)["by"])
+        body = json.loads(mark)
+        said = str(body["by"])
+        if "table" in body:
+            said += f": {body['table']}, {body['done']}/{body['total']} tasks"
+        return said
     except (ValueError, KeyError, TypeError):
         return "compare"
 
@@ -368,7 +425,7 @@ def _in_flight(c: CascadeSet, provider: str, table: str, position: int,
 
 def compare_tables(
     c: CascadeSet, node: str, provider: str, tables: Sequence[str], position: int,
-    *, differ: Differ,
+    *, differ: Differ, what: str = "compare",
 ) -> dict[str, TableDiff]:  # fmt: skip
     """Each table of ``tables`` compared while ``node`` is paused at ``position``."""
     out = {}
@@ -379,7 +436,8 @@ def compare_tables(
             exact = db.exact_numbers(table)
         positions = [cols.index(k) for k in pk] or list(range(len(cols)))
         key_cols = [cols[i] for i in positions]
-        found = list(differ(c.location(node), c.location(provider), table, positions))
+        progress = MarkProgress(c, node, what, table)
+        found = list(differ(c.location(node), c.location(provider), table, positions, progress))
         flight = _in_flight(c, provider, table, position, key_cols)
         diffs = decide(found, positions, flight, exact)
         out[table] = TableDiff(
@@ -416,7 +474,9 @@ def repair(c: CascadeSet, node: str, table: str, differ: Differ) -> Repaired:
     pause at that position), compare again, resume."""
     provider, _ = _check_node(c, node, [table])
     with paused(c, node, "repair") as position:
-        diff = compare_tables(c, node, provider, [table], position, differ=differ)[table]
+        diff = compare_tables(c, node, provider, [table], position, differ=differ, what="repair")[
+            table
+        ]
         positions = [diff.columns.index(k) for k in diff.key_columns]
         rows = [d.provider for d in diff.diffs if d.provider is not None]
         keys = [[d.node[i] for i in positions] for d in diff.of(Kind.EXTRA) if d.node]
@@ -426,7 +486,9 @@ def repair(c: CascadeSet, node: str, table: str, differ: Differ) -> Repaired:
                 db.delete_keys(cur, table, diff.key_columns, keys)
             if rows:
                 db.upsert(cur, table, diff.columns, rows)
-        after = compare_tables(c, node, provider, [table], position, differ=differ)[table]
+        after = compare_tables(c, node, provider, [table], position, differ=differ, what="repair")[
+            table
+        ]
     return Repaired(node, table, position, len(rows), len(keys), after.equal)
 
 
@@ -491,11 +553,13 @@ def resync(c: CascadeSet, node: str, table: str, timeout: float) -> Resynced:
 
 __all__ = [
     "MARK",
+    "MarkProgress",
     "SHOWN_KEYS",
     "Candidate",
     "Compared",
     "Differ",
     "Kind",
+    "Report",
     "Resynced",
     "RowDiff",
     "TableDiff",
@@ -508,4 +572,5 @@ __all__ = [
     "same_row",
     "same_value",
     "use_differ",
+    "use_progress",
 ]

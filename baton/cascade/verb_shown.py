@@ -230,7 +230,7 @@ def _served(m: observe.Member) -> bool:
 def _paused(m: observe.Member) -> str:
     if not m.paused:
         return "no"
-    return "yes" if m.paused_by is None else f"yes ({m.paused_by} running)"
+    return "yes" if m.paused_by is None else f"yes, by {m.paused_by}"
 
 
 _MEMBER_COLUMNS = ("name", "role", "provider", "tick", "made", "lag", "lag s", "paused", "state",

@@ -5,16 +5,27 @@ with ``--json`` its result."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Union, get_args, get_origin
 
 import click
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from baton.cascade import commands, table_diff
@@ -109,6 +120,52 @@ def _print(shown: list[Shown]) -> None:
             click.echo(item)
 
 
+class _Bar:
+    """compare's and repair's progress on the terminal (stderr) while the verb runs: tasks
+    done of all, the time so far and the time left."""
+
+    def __init__(self) -> None:
+        self._progress: Progress | None = None
+        self._tasks: dict[tuple[str, str, str], TaskID] = {}
+
+    def __call__(self, node: str, what: str, table: str, done: int, total: int) -> None:
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("Spark tasks"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._progress.start()
+        key = (node, what, table)
+        if key not in self._tasks:
+            self._tasks[key] = self._progress.add_task(f"{what} {table} at {node}", total=total)
+        self._progress.update(self._tasks[key], completed=done, total=total)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+@contextlib.contextmanager
+def _progress_bar() -> Iterator[None]:
+    """A progress bar for the verb's Spark work, on a terminal only (a script reads none)."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    bar = _Bar()
+    table_diff.use_progress(bar)
+    try:
+        yield
+    finally:
+        table_diff.use_progress(None)
+        bar.close()
+
+
 def command(
     verb: Verb[Any, Any],
     via: click.Option,
@@ -134,7 +191,8 @@ def command(
         args = _validated(model, values)
         if verb.cli is not None:
             args = _validated(verb.args, verb.cli.convert(args))
-        result = verb.run(args)
+        with _progress_bar():
+            result = verb.run(args)
         if as_json:
             click.echo(json.dumps(verb.printed(args, result), indent=2))
         else:

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from baton.cascade.table_diff import Candidate, Differ
+from baton.cascade.table_diff import Candidate, Differ, Report
+from baton.spark.progress import tracked
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,7 +50,11 @@ def spark_differ(spark: SparkSession) -> Differ:
     spark.dataSource.register(TableSource)
 
     def differ(
-        node: str, provider: str, table: str, positions: Sequence[int]
+        node: str,
+        provider: str,
+        table: str,
+        positions: Sequence[int],
+        progress: Report | None = None,
     ) -> Iterator[Candidate]:
         from pyspark.sql import functions as F
 
@@ -59,8 +64,9 @@ def spark_differ(spark: SparkSession) -> Differ:
         differ = joined.where(
             F.col("n").isNull() | F.col("p").isNull() | (F.col("n") != F.col("p"))
         ).select("n", "p")
-        for row in differ.toLocalIterator():
-            yield Candidate(row["n"], row["p"])
+        with tracked(spark, progress):
+            for row in differ.toLocalIterator():
+                yield Candidate(row["n"], row["p"])
 
     return differ
 

@@ -122,7 +122,15 @@ def plant_and_check(loc: dict[str, str], spark: SparkSession, write: Any) -> Non
     tick(s1)
     c = CascadeSet(s2)
     differ = spark_differ(spark)
-    found = table_diff.compare(c, "s2", [], differ)
+    reports: list[tuple[str, str, str, int, int]] = []
+    table_diff.use_progress(lambda *r: reports.append(r))
+    try:
+        found = table_diff.compare(c, "s2", [], differ)
+    finally:
+        table_diff.use_progress(None)
+    # Spark's tasks were reported as they went (a progress bar on a terminal), ending done.
+    assert reports and reports[-1][:3] == ("s2", "compare", "items")
+    assert reports[-1][3] == reports[-1][4] > 0
     t = found.tables["items"]
     keys = {k: sorted(d.key[0] for d in t.of(k)) for k in Kind}
     assert keys == {Kind.MISSING: [3], Kind.EXTRA: [99], Kind.DIFFERENT: [5, 6, 7]}
@@ -167,8 +175,10 @@ def test_an_interrupted_repair_run_again_ends_equal(
     with pytest.raises(RuntimeError), table_diff.paused(c, "s2", "repair"):
         raise RuntimeError("killed")  # the process died here: no resume
     assert c.state("s2").paused
-    # status says whose pause it is
+    # status says whose pause it is, and how far it got
     assert {m.name: m.paused_by for m in observe.members(c)} == {"s1": None, "s2": "repair"}
+    table_diff.MarkProgress(c, "s2", "repair", "items")(3, 8)
+    assert observe.members(c)[1].paused_by == "repair: items, 3/8 tasks"
     fixed = table_diff.repair(c, "s2", "items", spark_differ(spark))
     assert fixed.written == 1 and fixed.equal_after and not c.state("s2").paused
     assert rows(s2) == rows(s1)
@@ -179,14 +189,14 @@ def test_someone_elses_pause_and_a_resume_meanwhile_are_refused(lite: dict[str, 
     c = CascadeSet(s2)
     set_ops.set_paused(c, "s2", True)
 
-    def never(*_: Any) -> list[Candidate]:
+    def never(*_: Any, **__: Any) -> list[Candidate]:
         raise AssertionError("nothing is read")
 
     with pytest.raises(Refused, match="paused by someone else"):
         table_diff.compare(c, "s2", [], never)
     set_ops.set_paused(c, "s2", False)
 
-    def resumed(*_: Any) -> list[Candidate]:
+    def resumed(*_: Any, **__: Any) -> list[Candidate]:
         set_ops.set_paused(c, "s2", False)  # an operator's resume during the compare
         with open_node_db(s2) as db, db.transaction() as cur:
             db.set_local(cur, "position", str(db.state().position + 1))
