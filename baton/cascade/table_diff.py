@@ -553,12 +553,12 @@ def resync(c: CascadeSet, node: str, table: str, timeout: float) -> Resynced:
 
 __all__ = [
     "MARK",
-    "MarkProgress",
     "SHOWN_KEYS",
     "Candidate",
     "Compared",
     "Differ",
     "Kind",
+    "MarkProgress",
     "Report",
     "Resynced",
     "RowDiff",
