@@ -106,9 +106,21 @@ class TableReader(DataSourceReader):
         self.table = opts["table"]
         self.after_tick = int(opts.get("aftertick", "0"))
         self.rows_per_partition = int(opts.get("rowsperpartition", ROWS_PER_PARTITION))
+        #: Read a PostgreSQL table in key ranges too (``compare``, which does not need one
+        #: snapshot per key's events: see :meth:`PostgresNodeDB.key_ranges`).
+        self.key_ranges = opts.get("keyranges", "false") == "true"
 
     def partitions(self) -> Sequence[InputPartition]:
         if not self.location.startswith("sqlite:"):
+            if self.key_ranges:
+                from baton.cascade.db import open_node_db
+                from baton.cascade.db.postgres import PostgresNodeDB
+
+                with open_node_db(self.location, readonly=True) as db:
+                    assert isinstance(db, PostgresNodeDB)
+                    ranges = db.key_ranges(self.table, self.rows_per_partition)
+                if ranges:
+                    return [RowRange(low, high) for low, high in ranges]
             return [RowRange(None, None)]
 
         from baton.cascade.db.sqlite import connect_readonly

@@ -1,9 +1,9 @@
 """``compare``'s Spark job: the candidate rows of two nodes' tables.
 
-Both tables are read by the copy's source (:class:`baton.spark.copy.TableSource`: SQLite
-tables with an integer key in rowid ranges, in parallel; others whole), each row one JSON
-array in the table's column order, encoded by the one codec (:mod:`baton.cascade.codec`), so
-equal values encode alike on both sides. The key is taken from the array in the JVM
+Both tables are read by the copy's source (:class:`baton.spark.copy.TableSource`): a table
+whose key is one integer column in key ranges, in parallel (SQLite by rowid, PostgreSQL by its
+key's index); others whole. Each row is one JSON array in the table's column order, encoded by
+the one codec (:mod:`baton.cascade.codec`), so equal values encode alike on both sides. The key is taken from the array in the JVM
 (``get_json_object``, no Python worker per row), the two sides are joined on it (a full outer
 join: Spark hash partitions both by the key) and only the pairs whose encodings differ, or that
 have one side, come back to the driver, where :func:`baton.cascade.table_diff.decide` judges
@@ -24,11 +24,15 @@ if TYPE_CHECKING:
 #: ``afterTick`` for the source: above every tick, so that no partition reads events (the
 #: copy's marker is not needed here).
 NO_EVENTS = 2**62
+#: Rows per partition a table is read in (SQLite and PostgreSQL tables with one integer key).
+ROWS_PER_PARTITION = 250_000
 #: Joins the key's parts (a character no JSON text holds unescaped).
 SEP = "\u0001"
 
 
-def _keyed(spark: SparkSession, location: str, table: str, positions: Sequence[int]) -> DataFrame:
+def _keyed(
+    spark: SparkSession, location: str, table: str, positions: Sequence[int], per: int
+) -> DataFrame:
     from pyspark.sql import functions as F
 
     rows = (
@@ -36,6 +40,8 @@ def _keyed(spark: SparkSession, location: str, table: str, positions: Sequence[i
         .option("location", location)
         .option("table", table)
         .option("afterTick", str(NO_EVENTS))
+        .option("keyRanges", "true")
+        .option("rowsPerPartition", str(per))
         .load()
     )
     rows = rows.where(~F.col("row").startswith("{"))  # a partition's marker, not a row
@@ -43,8 +49,9 @@ def _keyed(spark: SparkSession, location: str, table: str, positions: Sequence[i
     return rows.select(F.concat_ws(SEP, *parts).alias("k"), F.col("row"))
 
 
-def spark_differ(spark: SparkSession) -> Differ:
-    """A :data:`~baton.cascade.table_diff.Differ` that runs on ``spark``."""
+def spark_differ(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITION) -> Differ:
+    """A :data:`~baton.cascade.table_diff.Differ` that runs on ``spark``, reading tables in
+    partitions of about ``rows_per_partition`` rows."""
     from baton.spark.copy import TableSource  # pyspark's data source API: not at import
 
     spark.dataSource.register(TableSource)
@@ -58,8 +65,9 @@ def spark_differ(spark: SparkSession) -> Differ:
     ) -> Iterator[Candidate]:
         from pyspark.sql import functions as F
 
-        n = _keyed(spark, node, table, positions).withColumnRenamed("row", "n")
-        p = _keyed(spark, provider, table, positions).withColumnRenamed("row", "p")
+        rows = rows_per_partition
+        n = _keyed(spark, node, table, positions, rows).withColumnRenamed("row", "n")
+        p = _keyed(spark, provider, table, positions, rows).withColumnRenamed("row", "p")
         joined = n.join(p, "k", "full_outer")
         differ = joined.where(
             F.col("n").isNull() | F.col("p").isNull() | (F.col("n") != F.col("p"))

@@ -121,7 +121,7 @@ def plant_and_check(loc: dict[str, str], spark: SparkSession, write: Any) -> Non
     write(s1, "INSERT INTO items VALUES (50, 5, 5.5, 'new', NULL)")
     tick(s1)
     c = CascadeSet(s2)
-    differ = spark_differ(spark)
+    differ = spark_differ(spark, rows_per_partition=7)  # read in several key ranges
     reports: list[tuple[str, str, str, int, int]] = []
     table_diff.use_progress(lambda *r: reports.append(r))
     try:

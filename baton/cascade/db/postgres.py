@@ -779,6 +779,32 @@ class PostgresNodeDB(NodeDB):
     def exact_numbers(self, table: str) -> bool:
         return any(t.startswith("numeric") for _, t, _ in self._catalog(table))
 
+    def key_ranges(self, table: str, rows: int) -> list[tuple[int, int]] | None:
+        """Ranges of about ``rows`` rows each of ``table``'s key, cut by row count (one pass
+        over the key's index), when its primary key is one integer column; else None. For
+        reads in parallel that may each see another moment (``compare``: a key changed in
+        between is one it leaves to the queue)."""
+        keys = [c for c, t, pos in self._catalog(table) if pos is not None]
+        types = {c: t for c, t, _ in self._catalog(table)}
+        if len(keys) != 1 or types[keys[0]] not in ("bigint", "integer", "smallint"):
+            return None
+        key = _name(keys[0])
+        starts = [
+            int(r[0])
+            for r in self._rows(
+                sql.SQL(
+                    "SELECT k FROM (SELECT {key} AS k, row_number() OVER (ORDER BY {key}) AS n "
+                    "FROM {t}) s WHERE (n - 1) % %s = 0 ORDER BY k"
+                ).format(key=key, t=_name(table)),
+                (rows,),
+            )
+        ]
+        if not starts:
+            return None
+        high = int(self._one(sql.SQL("SELECT max({}) FROM {}").format(key, _name(table)))[0])
+        ends = [b - 1 for b in starts[1:]] + [high]
+        return list(zip(starts, ends, strict=True))
+
     def capture(self, cur: Any, table: str, on: bool) -> None:
         _, pk = self.columns(table)
         t = _name(table)
