@@ -3,11 +3,11 @@
 Both tables are read by the copy's source (:class:`baton.spark.copy.TableSource`): a table
 whose key is one integer column in key ranges, in parallel (SQLite by rowid, PostgreSQL by its
 key's index); others whole. Each row is one JSON array in the table's column order, encoded by
-the one codec (:mod:`baton.cascade.codec`), so equal values encode alike on both sides. The key is taken from the array in the JVM
-(``get_json_object``, no Python worker per row), the two sides are joined on it (a full outer
-join: Spark hash partitions both by the key) and only the pairs whose encodings differ, or that
-have one side, come back to the driver, where :func:`baton.cascade.table_diff.decide` judges
-them by value.
+the one codec (:mod:`baton.cascade.codec`), so equal values encode alike on both sides. The key
+is taken from the array in the JVM (``get_json_object``, no Python worker per row), the two
+sides are joined on it (a full outer join: Spark hash partitions both by the key) and only the
+pairs whose encodings differ, or that have one side, come back to the driver, where
+:func:`baton.cascade.table_diff.decide` judges them by value.
 """
 
 from __future__ import annotations
