@@ -63,6 +63,6 @@ if [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; then
   echo "setup: building the Spark class archive (once)"
   .venv/bin/python -m baton.spark.class_archive "$archive" || true
 fi
-if [ "${BATON_BENCH:-0}" = 1 ] && ! .venv/bin/python -c "import matplotlib" 2>/dev/null; then
+if [ "${BATON_BENCH:-0}" = 1 ] && ! .venv/bin/python -c "import matplotlib, reladiff" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check -e ".[dev,bench]" 2>&1 | grep -v "is ignored: it is neither" || true
 fi

@@ -1,0 +1,164 @@
+"""``compare`` and ``repair`` on PostgreSQL node databases (issue 31), beside reladiff.
+
+The set: root s1 and branch s2 on one PostgreSQL server, ``accounts`` (the accounts workload's
+shape) with ``--rows`` rows made alike on both by ``generate_series`` (the branch's table is
+registered ok at the root's tick without a Spark copy: this measures the comparison, not the
+copy). Then 100 differences of each kind are planted at s2 (missing, extra, different), and:
+
+- **compare, differences**: ``compare`` finds exactly those 300;
+- **repair**: changes exactly those rows;
+- **compare, clean**: ``compare`` again, nothing found;
+- **reladiff** (PyPI, its default bisection on checksums) on the same two tables, before the
+  repair (it must find the 300) and after (clean).
+
+Spark: one local session, ``local[2]``, built before the clock starts.
+
+    .venv/bin/python -m bench.compare [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from baton.cascade import commands, node_ops, table_diff
+from baton.cascade.db import open_node_db
+from baton.cascade.model import Role
+from baton.cascade.set_ops import CascadeSet
+from baton.cascade.table_diff import Kind
+from baton.testing.servers import PostgresServer
+
+ACCOUNTS = (
+    "CREATE TABLE accounts (id bigint PRIMARY KEY, balance bigint NOT NULL, name text, "
+    "updated_at double precision)"
+)
+FILL = (
+    "INSERT INTO accounts SELECT g, g * 7 % 100000, 'acct-' || g, g / 3.0 "
+    "FROM generate_series(1, %s) AS g"
+)
+#: Differences of each kind planted at the branch.
+PLANTED = 100
+
+
+def build(server: PostgresServer, rows: int) -> dict[str, str]:
+    names = {n: f"b{uuid.uuid4().hex[:10]}" for n in ("s1", "s2")}
+    loc = {n: f"postgresql://postgres@127.0.0.1:{server.port}/{d}" for n, d in names.items()}
+    with psycopg.connect(server.url, autocommit=True) as admin:
+        for d in names.values():
+            admin.execute(f'CREATE DATABASE "{d}"')
+    for location in loc.values():
+        with psycopg.connect(location) as conn:
+            conn.execute(ACCOUNTS)
+            conn.execute(FILL, (rows,))
+            conn.execute("ANALYZE accounts")
+    commands.create_root("s1", loc["s1"], "B")
+    commands.create_subscriber(Role.BRANCH, "s2", loc["s2"], "s1", loc["s1"])
+    commands.add_table(loc["s1"], "accounts", "s1")
+    node_ops.add_table(loc["s2"], "accounts")
+    with open_node_db(loc["s1"]) as db, db.transaction() as cur:
+        tick = db.make_tick(cur)
+    with open_node_db(loc["s2"]) as db, db.transaction() as cur:
+        # Alike already: the table is ok at the root's tick (no copy, see the docstring).
+        db.set_table(cur, "accounts", "ok", tick.tick_id if tick else 0)
+        db.set_local(cur, "position", str(tick.tick_id if tick else 0))
+    return loc
+
+
+def plant(branch: str, rows: int) -> None:
+    """100 missing, 100 extra and 100 different rows at the branch, spread over the keys."""
+    step = rows // (3 * PLANTED)
+    with open_node_db(branch) as db, db.transaction() as cur:
+        for i in range(PLANTED):
+            cur.execute("DELETE FROM accounts WHERE id = %s", (1 + i * step,))
+            cur.execute("UPDATE accounts SET balance = balance + 1 WHERE id = %s", (2 + i * step,))
+            cur.execute("INSERT INTO accounts VALUES (%s, 0, 'extra', 0)", (rows + 1 + i,))
+
+
+def _reladiff(loc: dict[str, str]) -> tuple[float, int]:
+    """(seconds, differing rows) of reladiff on the two tables; -1 rows when it failed."""
+    exe = shutil.which("reladiff") or str(Path(sys.executable).with_name("reladiff"))
+    started = time.monotonic()
+    res = subprocess.run(
+        [exe, loc["s1"], "accounts", loc["s2"], "accounts", "-k", "id",
+         "-c", "balance", "-c", "name", "-c", "updated_at"],
+        capture_output=True, text=True, timeout=3600, check=False,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    if res.returncode not in (0, 1):
+        print(f"  reladiff failed: {res.stderr.strip()[-300:]}", flush=True)
+        return took, -1
+    # One line per differing row version: "- (id, ...)" or "+ (id, ...)".
+    keys = {line[2:].split(",")[0] for line in res.stdout.splitlines() if line[:2] in ("- ", "+ ")}
+    return took, len(keys)
+
+
+def run(rows: int, work: Path) -> dict[str, Any]:
+    from baton.spark.diff import spark_differ
+    from baton.spark.session import build_session
+
+    out: dict[str, Any] = {"rows": rows}
+    with PostgresServer(work / "pg") as server:
+        started = time.monotonic()
+        loc = build(server, rows)
+        out["load_s"] = round(time.monotonic() - started, 1)
+        spark = build_session(master="local[2]", work_dir=work / "spark", quiet=True)
+        try:
+            differ = spark_differ(spark)
+            c = CascadeSet(loc["s2"])
+            # A first clean compare warms the session (Python workers, the source's classes).
+            table_diff.compare(c, "s2", ["accounts"], differ)
+            plant(loc["s2"], rows)
+            t0 = time.monotonic()
+            found = table_diff.compare(c, "s2", ["accounts"], differ).tables["accounts"]
+            out["compare_diff_s"] = round(time.monotonic() - t0, 2)
+            out["found"] = {k.value: len(found.of(k)) for k in Kind}
+            out["reladiff_diff_s"], out["reladiff_found"] = _reladiff(loc)
+            t0 = time.monotonic()
+            fixed = table_diff.repair(c, "s2", "accounts", differ)
+            out["repair_s"] = round(time.monotonic() - t0, 2)
+            out["repaired"] = {"written": fixed.written, "deleted": fixed.deleted,
+                               "equal_after": fixed.equal_after}  # fmt: skip
+            t0 = time.monotonic()
+            clean = table_diff.compare(c, "s2", ["accounts"], differ)
+            out["compare_clean_s"] = round(time.monotonic() - t0, 2)
+            out["clean"] = clean.equal
+            out["reladiff_clean_s"], out["reladiff_clean_found"] = _reladiff(loc)
+        finally:
+            spark.stop()
+    out["reladiff_diff_s"] = round(out["reladiff_diff_s"], 2)
+    out["reladiff_clean_s"] = round(out["reladiff_clean_s"], 2)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, action="append", help="(repeatable) default 1,000,000")
+    args = ap.parse_args()
+    for rows in args.rows or [1_000_000]:
+        with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+            r = run(rows, Path(tmp))
+        print(r, flush=True)
+        per_m = rows / 1e6
+        print(
+            f"{rows:,} rows: compare with differences {r['compare_diff_s']} s "
+            f"({r['compare_diff_s'] / per_m:.2f} s per million), found {r['found']}; repair "
+            f"{r['repair_s']} s {r['repaired']}; compare clean {r['compare_clean_s']} s; "
+            f"reladiff {r['reladiff_diff_s']} s (found {r['reladiff_found']}), clean "
+            f"{r['reladiff_clean_s']} s; load {r['load_s']} s; load average "
+            f"{os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
