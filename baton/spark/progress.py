@@ -60,12 +60,16 @@ def tracked(spark: SparkSession, report: Report | None) -> Iterator[None]:
     thread = threading.Thread(target=poll, daemon=True, name="baton-progress")
     thread.start()
     try:
-        yield
+        try:
+            yield
+        finally:
+            halt.set()
+            thread.join(5)
+        # Done: every task that had to run ran (a stage Spark skipped, its shuffle output
+        # reused, counts its tasks but never completes them). Said last, after the poller.
+        _, total = _tasks(spark, group)
+        report(total, total)
     finally:
-        halt.set()
-        thread.join(5)
-        with contextlib.suppress(Exception):
-            report(*_tasks(spark, group))
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
 

@@ -192,7 +192,8 @@ def test_openapi_matches_the_routes(tmp_path: Path) -> None:
             "GET": "candidates check fkeys members missing root seqs status tables triggers",
             "POST": "add-table change-provider create-branch create-leaf create-root emit failover "
             "pause remove-table resume resurrect switchover tag-alive tag-dead create-node "
-            "add-seq remove-seq execute node-switchover node-failover auto-failover sync",
+            "add-seq remove-seq execute node-switchover node-failover auto-failover sync "
+            "compare repair resync",
         }.items()
         for name in names.split()
     }

@@ -183,7 +183,7 @@ async def test_build_and_operate_a_set(agent: NodeAgent, cset: Set) -> None:
             assert set(m) == {"name", "location", "role", "provider", "position", "lag_ticks",
                               "lag_seconds", "paused", "dead", "reachable", "tables",
                               "tick_time", "switching_to", "switch_tick",
-                              "service"}  # fmt: skip
+                              "service", "paused_by"}  # fmt: skip
             assert m["switching_to"] is None and m["switch_tick"] is None
             assert m["service"] == {"state": "never"}  # no service ever ran here
             assert (m["lag_ticks"], m["lag_seconds"]) == (0, 0.0), m

@@ -794,7 +794,7 @@ class PostgresNodeDB(NodeDB):
             for r in self._rows(
                 sql.SQL(
                     "SELECT k FROM (SELECT {key} AS k, row_number() OVER (ORDER BY {key}) AS n "
-                    "FROM {t}) s WHERE (n - 1) % %s = 0 ORDER BY k"
+                    "FROM {t}) s WHERE (n - 1) %% %s = 0 ORDER BY k"
                 ).format(key=key, t=_name(table)),
                 (rows,),
             )
