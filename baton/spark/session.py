@@ -306,6 +306,7 @@ def build_session(
         builder = builder.config(key, value)
     if quiet:
         _quiet_accumulator_server()
+        _quiet_dead_jvm()
         with _stderr_to(work / "spark.log"):
             session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
@@ -467,6 +468,45 @@ def jvm_alive(session: SparkSession | None = None) -> bool:
     return proc is None or bool(proc.poll() is None)
 
 
+class _FromPy4j(logging.Filter):
+    """Drops what py4j logs on the root logger (``logging.exception``, with a traceback) about
+    a command it could not send, when that is because the JVM died: an event baton expects
+    and says in one line (:func:`jvm_alive`'s callers). With ``always``, whatever the JVM."""
+
+    def __init__(self, always: bool = False) -> None:
+        super().__init__()
+        self.always = always
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if f"{os.sep}py4j{os.sep}" not in record.pathname:
+            return True
+        return not (self.always or not jvm_alive())
+
+
+#: Installed on the root logger once a session is built (see :func:`_quiet_dead_jvm`).
+_DEAD_JVM_FILTER = _FromPy4j()
+
+
+def _quiet_dead_jvm() -> None:
+    """py4j's threads (its garbage collection of Java objects, say) may send a command just as
+    the JVM is killed: keep the traceback it logs out of the process's output."""
+    root = logging.getLogger()
+    if _DEAD_JVM_FILTER not in root.filters:
+        root.addFilter(_DEAD_JVM_FILTER)
+
+
+@contextlib.contextmanager
+def _py4j_quiet() -> Iterator[None]:
+    """Drop what py4j logs on the root logger meanwhile (stopping a dead JVM's session)."""
+    quiet = _FromPy4j(always=True)
+    root = logging.getLogger()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)
+
+
 def forget(session: SparkSession | None) -> None:
     """Drop a session whose JVM died (or, with None, whatever PySpark still holds of a dead
     JVM), so the next build starts a new JVM: PySpark keeps the dead gateway in class
@@ -475,7 +515,10 @@ def forget(session: SparkSession | None) -> None:
     from pyspark.sql import SparkSession as Session
 
     if session is not None:
-        with contextlib.suppress(Exception):  # stopping a dead JVM's context fails halfway
+        # Stopping a dead JVM's context fails halfway, and py4j logs each command it could not
+        # send, with its traceback, on the root logger: an event baton expects (the caller
+        # says it in one line), so that is kept quiet.
+        with contextlib.suppress(Exception), _py4j_quiet():
             session.stop()
     SparkContext._gateway = None
     SparkContext._jvm = None
