@@ -43,7 +43,7 @@ ACCOUNTS = (
     "updated_at double precision)"
 )
 FILL = (
-    "INSERT INTO accounts SELECT g, g * 7 % 100000, 'acct-' || g, g / 3.0 "
+    "INSERT INTO accounts SELECT g, g * 7 %% 100000, 'acct-' || g, g / 3.0 "
     "FROM generate_series(1, %s) AS g"
 )
 #: Differences of each kind planted at the branch.
