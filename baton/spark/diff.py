@@ -12,6 +12,7 @@ pairs whose encodings differ, or that have one side, come back to the driver, wh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -31,19 +32,27 @@ SEP = "\u0001"
 
 
 def _keyed(
-    spark: SparkSession, location: str, table: str, positions: Sequence[int], per: int
+    spark: SparkSession,
+    location: str,
+    table: str,
+    positions: Sequence[int],
+    *,
+    per: int,
+    ranges: Sequence[tuple[int, int]] | None,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
-    rows = (
+    reader = (
         spark.read.format("batontable")
         .option("location", location)
         .option("table", table)
         .option("afterTick", str(NO_EVENTS))
         .option("keyRanges", "true")
         .option("rowsPerPartition", str(per))
-        .load()
     )
+    if ranges is not None:
+        reader = reader.option("ranges", json.dumps([list(r) for r in ranges]))
+    rows = reader.load()
     rows = rows.where(~F.col("row").startswith("{"))  # a partition's marker, not a row
     parts = [F.coalesce(F.get_json_object("row", f"$[{i}]"), F.lit("null")) for i in positions]
     return rows.select(F.concat_ws(SEP, *parts).alias("k"), F.col("row"))
@@ -61,13 +70,16 @@ def spark_differ(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITI
         provider: str,
         table: str,
         positions: Sequence[int],
+        *,
         progress: Report | None = None,
+        ranges: Sequence[tuple[int, int]] | None = None,
     ) -> Iterator[Candidate]:
         from pyspark.sql import functions as F
 
         rows = rows_per_partition
-        n = _keyed(spark, node, table, positions, rows).withColumnRenamed("row", "n")
-        p = _keyed(spark, provider, table, positions, rows).withColumnRenamed("row", "p")
+        n = _keyed(spark, node, table, positions, per=rows, ranges=ranges)
+        p = _keyed(spark, provider, table, positions, per=rows, ranges=ranges)
+        n, p = n.withColumnRenamed("row", "n"), p.withColumnRenamed("row", "p")
         joined = n.join(p, "k", "full_outer")
         differ = joined.where(
             F.col("n").isNull() | F.col("p").isNull() | (F.col("n") != F.col("p"))

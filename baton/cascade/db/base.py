@@ -425,6 +425,13 @@ class NodeDB(abc.ABC):
         (row images for it are then read with :func:`baton.cascade.codec.decode` ``exact``)."""
         return False
 
+    def bucket_sums(self, table: str, size: int) -> dict[int, tuple[int, int]] | None:
+        """``compare``'s cheap first pass: for each bucket of ``size`` consecutive values of
+        ``table``'s key (one integer column), its row count and the sum of a 64-bit hash of
+        each whole row, computed in the database in one scan; None when this backend, the
+        key or the columns' types do not allow it (the comparison then reads every row)."""
+        return None
+
     def tables(self) -> dict[str, str]:
         """Replicated table -> state (copying, catching-up, ok)."""
         rows = self._rows(self._sql("SELECT name, state FROM baton_table ORDER BY name"))

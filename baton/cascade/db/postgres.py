@@ -779,6 +779,24 @@ class PostgresNodeDB(NodeDB):
     def exact_numbers(self, table: str) -> bool:
         return any(t.startswith("numeric") for _, t, _ in self._catalog(table))
 
+    def bucket_sums(self, table: str, size: int) -> dict[int, tuple[int, int]] | None:
+        keys = [c for c, t, pos in self._catalog(table) if pos is not None]
+        types = {c: t for c, t, _ in self._catalog(table)}
+        if len(keys) != 1 or types[keys[0]] not in ("bigint", "integer", "smallint"):
+            return None
+        key = _name(keys[0])
+        # The bucket of k is floor(k / size), in exact arithmetic (a key near 2**63 too);
+        # hash_record_extended hashes the whole row by its columns' types.
+        query = sql.SQL(
+            "SELECT div({key}::numeric - mod(mod({key}::numeric, %s) + %s, %s), %s)::bigint AS b, "
+            "count(*), sum(hash_record_extended(t.*, 0)::numeric)::text FROM {t} AS t GROUP BY b"
+        ).format(key=key, t=_name(table))
+        try:
+            rows = self._rows(query, (size, size, size, size))
+        except NodeDatabaseError:
+            return None  # a column type without an extended hash (json, say): no first pass
+        return {int(b): (int(n), int(h)) for b, n, h in rows}
+
     def key_ranges(self, table: str, rows: int) -> list[tuple[int, int]] | None:
         """Ranges of about ``rows`` rows each of ``table``'s key, cut by row count (one pass
         over the key's index), when its primary key is one integer column; else None. For
