@@ -37,6 +37,7 @@ import math
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -444,13 +445,15 @@ def _suspects(c: CascadeSet, node: str, provider: str, table: str) -> list[tuple
     kinds = {c.location(n).split(":", 1)[0] for n in (node, provider)}
     if len(kinds) != 1:
         return None
-    with c.db(node) as db:
-        mine = db.bucket_sums(table, BUCKET)
-    if mine is None:
-        return None
-    with c.db(provider) as db:
-        theirs = db.bucket_sums(table, BUCKET)
-    if theirs is None:
+
+    def sums(name: str) -> dict[int, tuple[int, int]] | None:
+        with c.db(name) as db:
+            return db.bucket_sums(table, BUCKET)
+
+    # Both databases scan at once (each on its own connection).
+    with ThreadPoolExecutor(2, thread_name_prefix="baton-sums") as pool:
+        mine, theirs = pool.map(sums, (node, provider))
+    if mine is None or theirs is None:
         return None
     buckets = sorted(b for b in mine.keys() | theirs.keys() if mine.get(b) != theirs.get(b))
     if len(buckets) > MAX_SUSPECTS:
