@@ -323,3 +323,17 @@ def test_resync_copies_again_and_a_copy_killed_midway_is_copied_again(
     assert rows(s2) == rows(s1)
     res = cli("resync", "s1", "items", "--via", s1)
     assert res.returncode == 2 and "is the root of set S" in res.stderr
+
+
+def test_the_first_pass_sums_buckets_or_steps_aside(pg: dict[str, str]) -> None:
+    """PostgreSQL sums each bucket's rows in the database; a column without a 64-bit hash
+    (json) or a key that is not one integer column turns the pass off (every row is read)."""
+    s1 = pg["s1"]
+    pg_write(s1, "INSERT INTO items VALUES (1, 1, 0.5, 'a', NULL), (250, 2, 0.5, 'b', NULL)")
+    pg_write(s1, "CREATE TABLE j (id bigint PRIMARY KEY, doc json)")
+    pg_write(s1, "INSERT INTO j VALUES (1, '{}')")
+    pg_write(s1, "CREATE TABLE t (id text PRIMARY KEY)")
+    with open_node_db(s1, readonly=True) as db:
+        sums = db.bucket_sums("items", 100)
+        assert sums is not None and sorted(sums) == [0, 2] and sums[0][0] == 1
+        assert db.bucket_sums("j", 100) is None and db.bucket_sums("t", 100) is None

@@ -788,8 +788,9 @@ class PostgresNodeDB(NodeDB):
         # The bucket of k is floor(k / size), in exact arithmetic (a key near 2**63 too);
         # hash_record_extended hashes the whole row by its columns' types.
         query = sql.SQL(
-            "SELECT div({key}::numeric - mod(mod({key}::numeric, %s) + %s, %s), %s)::bigint AS b, "
-            "count(*), sum(hash_record_extended(t.*, 0)::numeric)::text FROM {t} AS t GROUP BY b"
+            "SELECT div(r.{key}::numeric - mod(mod(r.{key}::numeric, %s) + %s, %s), %s)::bigint, "
+            "count(*), sum(hash_record_extended(r.*, 0)::numeric)::text "
+            "FROM {t} AS r GROUP BY 1"  # by position: a column may be named like an alias
         ).format(key=key, t=_name(table))
         try:
             rows = self._rows(query, (size, size, size, size))
