@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 from baton.cascade.codec import ExactNumber, decode
 from baton.cascade.db import NodeDB
+from baton.cascade.db.base import bucket_range
 from baton.cascade.model import Role
 from baton.cascade.set_ops import CascadeSet
 from baton.errors import CascadeError, CascadeInputError, NotFinished, Refused
@@ -437,11 +438,11 @@ MAX_SUSPECTS = 20_000
 
 def _suspects(c: CascadeSet, node: str, provider: str, table: str) -> list[tuple[int, int]] | None:
     """The cheap first pass: the key ranges (buckets of :data:`BUCKET` keys) whose row count
-    or hash sum differ between the node and its provider, computed in each database (as
+    or fingerprint differ between the node and its provider, computed in each database (as
     reladiff and data-diff do); [] when none differs; None when the backends cannot (then
     every row is read). Both sides must be the same backend (a hash is the type's). A bucket
-    whose sums agree holds the same rows but for a 64-bit hash collision, which is the only
-    way this pass can miss a difference."""
+    whose fingerprints agree holds the same rows but for a 64-bit hash collision, which is the
+    only way this pass can miss a difference."""
     kinds = {c.location(n).split(":", 1)[0] for n in (node, provider)}
     if len(kinds) != 1:
         return None
@@ -458,7 +459,7 @@ def _suspects(c: CascadeSet, node: str, provider: str, table: str) -> list[tuple
     buckets = sorted(b for b in mine.keys() | theirs.keys() if mine.get(b) != theirs.get(b))
     if len(buckets) > MAX_SUSPECTS:
         return None
-    return [(b * BUCKET, b * BUCKET + BUCKET - 1) for b in buckets]
+    return [bucket_range(b, BUCKET) for b in buckets]
 
 
 def compare_tables(

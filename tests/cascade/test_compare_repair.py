@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from baton.cascade import commands, node_ops, observe, set_ops, table_diff
 from baton.cascade.codec import encode_row
 from baton.cascade.db import open_node_db
+from baton.cascade.db.base import bucket_range
 from baton.cascade.model import Role, TableCopy
 from baton.cascade.set_ops import CascadeSet
 from baton.cascade.table_diff import Candidate, Kind, decide, same_value
@@ -329,11 +330,21 @@ def test_the_first_pass_sums_buckets_or_steps_aside(pg: dict[str, str]) -> None:
     """PostgreSQL sums each bucket's rows in the database; a column without a 64-bit hash
     (json) or a key that is not one integer column turns the pass off (every row is read)."""
     s1 = pg["s1"]
-    pg_write(s1, "INSERT INTO items VALUES (1, 1, 0.5, 'a', NULL), (250, 2, 0.5, 'b', NULL)")
+    pg_write(s1, "INSERT INTO items VALUES (1, 1, 0.5, 'a', NULL), (250, 2, 0.5, 'b', NULL), "
+             "(-150, 3, 0.5, 'c', NULL)")  # fmt: skip
     pg_write(s1, "CREATE TABLE j (id bigint PRIMARY KEY, doc json)")
     pg_write(s1, "INSERT INTO j VALUES (1, '{}')")
     pg_write(s1, "CREATE TABLE t (id text PRIMARY KEY)")
     with open_node_db(s1, readonly=True) as db:
         sums = db.bucket_sums("items", 100)
-        assert sums is not None and sorted(sums) == [0, 2] and sums[0][0] == 1
+        assert sums is not None and sorted(sums) == [-1, 0, 2] and sums[0][0] == 1
         assert db.bucket_sums("j", 100) is None and db.bucket_sums("t", 100) is None
+
+
+def test_every_key_is_in_its_buckets_range() -> None:
+    """PostgreSQL's bigint division rounds toward zero, as Python's int(k / size) does for
+    these keys: each key falls in the range compare reads for its bucket."""
+    for size in (1, 7, 100):
+        for k in range(-1000, 1001):
+            low, high = bucket_range(int(k / size), size)
+            assert low <= k <= high, (k, size)

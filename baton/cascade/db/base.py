@@ -426,10 +426,11 @@ class NodeDB(abc.ABC):
         return False
 
     def bucket_sums(self, table: str, size: int) -> dict[int, tuple[int, int]] | None:
-        """``compare``'s cheap first pass: for each bucket of ``size`` consecutive values of
-        ``table``'s key (one integer column), its row count and the sum of a 64-bit hash of
-        each whole row, computed in the database in one scan; None when this backend, the
-        key or the columns' types do not allow it (the comparison then reads every row)."""
+        """``compare``'s cheap first pass: for each bucket of ``table``'s key (one integer
+        column; the bucket of k is k / ``size`` rounded toward zero, see
+        :func:`bucket_range`), its row count and a fingerprint of its rows (the XOR of a
+        64-bit hash of each whole row), computed in the database in one scan; None when this
+        backend, the key or the columns' types do not allow it (then every row is read)."""
         return None
 
     def tables(self) -> dict[str, str]:
@@ -619,11 +620,22 @@ class NodeDB(abc.ABC):
         return {str(k)[len(prefix) :]: str(v) for k, v in rows if str(k).startswith(prefix)}
 
 
+def bucket_range(bucket: int, size: int) -> tuple[int, int]:
+    """The keys of ``bucket`` (:meth:`NodeDB.bucket_sums`): ``size`` keys, but bucket 0, which
+    integer division toward zero gives every key from -(size - 1) to size - 1."""
+    if bucket > 0:
+        return bucket * size, bucket * size + size - 1
+    if bucket < 0:
+        return bucket * size - size + 1, bucket * size
+    return -(size - 1), size - 1
+
+
 __all__ = [
     "MERGED_KEY",
     "MERGE_KEY",
     "NODE_TABLES",
     "NodeDB",
+    "bucket_range",
     "ident",
     "part_table",
     "split_location",
