@@ -99,7 +99,9 @@ def rows(location: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in db.read_rows("items")]
 
 
-def plant_and_check(loc: dict[str, str], spark: SparkSession, write: Any) -> None:
+def plant_and_check(
+    loc: dict[str, str], spark: SparkSession, write: Any, *, on_spark: bool = True
+) -> None:
     from baton.spark.diff import spark_differ
 
     s1, s2 = loc["s1"], loc["s2"]
@@ -129,9 +131,12 @@ def plant_and_check(loc: dict[str, str], spark: SparkSession, write: Any) -> Non
         found = table_diff.compare(c, "s2", [], differ)
     finally:
         table_diff.use_progress(None)
-    # Spark's tasks were reported as they went (a progress bar on a terminal), ending done.
-    assert reports and reports[-1][:3] == ("s2", "compare", "items")
-    assert reports[-1][3] == reports[-1][4] > 0
+    if on_spark:
+        # Spark's tasks were reported as they went (a progress bar on a terminal), ending done.
+        assert reports and reports[-1][:3] == ("s2", "compare", "items")
+        assert reports[-1][3] == reports[-1][4] > 0
+    else:
+        assert not reports  # the first pass and a direct read of the suspect buckets
     t = found.tables["items"]
     keys = {k: sorted(d.key[0] for d in t.of(k)) for k in Kind}
     assert keys == {Kind.MISSING: [3], Kind.EXTRA: [99], Kind.DIFFERENT: [5, 6, 7]}
@@ -154,10 +159,15 @@ def test_sqlite_finds_exactly_what_was_planted_and_repairs_it(
     plant_and_check(lite, spark, sqlite_write)
 
 
+@pytest.mark.parametrize("on_spark", [False, True], ids=["direct", "spark"])
 def test_postgres_finds_exactly_what_was_planted_and_repairs_it(
-    pg: dict[str, str], spark: SparkSession
+    pg: dict[str, str], spark: SparkSession, on_spark: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    plant_and_check(pg, spark, pg_write)
+    """The first pass finds the suspect buckets; their rows are read directly (a few) or by
+    Spark in key-range partitions (many: forced here)."""
+    if on_spark:
+        monkeypatch.setattr(table_diff, "DIRECT_KEYS", 0)
+    plant_and_check(pg, spark, pg_write, on_spark=on_spark)
 
 
 def test_an_interrupted_repair_run_again_ends_equal(
