@@ -32,6 +32,7 @@ from baton.store import open_store
 from baton.testing.cascade import root_and_branch, root_ticked
 from baton.testing.spark_servers import ConnectServer
 from baton.testing.workload import Writer
+from tests.spark_deploy.planted import compare_then_repair, planted
 from tests.spark_deploy.procs import Cascade
 
 #: Lists the worker queries of the named server session, from another client (which must not
@@ -179,3 +180,8 @@ def test_placed_worker_moves_and_its_orphan_is_stopped(
             ids = [e.ev_id for e in branch.batch_events(1, last)]
             assert ids == [e.ev_id for e in root.batch_events(1, last)]
             assert len(ids) == len(set(ids)) > 100  # every event copied once, none lost
+
+
+def test_compare_and_repair_over_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
+    """compare and repair through the command line, Spark on the Connect server."""
+    compare_then_repair(planted(tmp_path), {"BATON_SPARK_REMOTE": connect_server.url})

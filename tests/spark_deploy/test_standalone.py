@@ -15,6 +15,7 @@ import pytest
 
 from baton.local.waiting import wait_for
 from baton.testing.spark_servers import StandaloneCluster
+from tests.spark_deploy.planted import compare_then_repair, planted
 from tests.spark_deploy.procs import Cascade
 
 
@@ -56,3 +57,11 @@ def test_cascade_on_a_standalone_cluster(standalone: StandaloneCluster, cascade:
     assert sum(cascade.written) > 200
     assert subs.popen.poll() is None, "the worker process died"
     assert not [line for line in subs.lines() if "Traceback" in line]
+
+
+def test_compare_and_repair_on_a_standalone_cluster(
+    standalone: StandaloneCluster, tmp_path: Path
+) -> None:
+    """compare and repair through the command line, Spark's tasks on the cluster's executors."""
+    env = {"BATON_SPARK_MASTER": standalone.url}
+    compare_then_repair(planted(tmp_path), env)
