@@ -64,7 +64,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -152,9 +152,14 @@ class Cascade:
     """A Londiste 3 cascade root -> branch -> leaf on one PostgreSQL server, with ``pgqd`` and
     the workers as child processes of this one."""
 
-    def __init__(self, directory: Path, settings: Settings) -> None:
+    def __init__(
+        self, directory: Path, settings: Settings, fill: Callable[[str], None] | None = None
+    ) -> None:
+        """``fill``: called with each node's URL once its ``accounts`` table exists; the tables
+        are then added with ``--expect-sync`` on the subscribers (alike already: no copy)."""
         self.directory = directory
         self.settings = settings
+        self.fill = fill
         self.server = PostgresServer(directory / "pg")
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.pgqd: subprocess.Popen[bytes] | None = None
@@ -180,6 +185,8 @@ class Cascade:
         s = self.settings
         for node in NODES:
             accounts_load.create_table(self.url(node))
+            if self.fill is not None:
+                self.fill(self.url(node))
             self.ini(node).write_text(
                 "[londiste]\n"
                 f"job_name = londiste_{node}\n"
@@ -210,7 +217,8 @@ class Cascade:
         self.start_pgqd()
         self.start_workers(*NODES)
         for node in NODES:
-            self.londiste(node, "add-table", TABLE)
+            synced = ("--expect-sync",) if self.fill is not None and node != NODES[0] else ()
+            self.londiste(node, "add-table", TABLE, *synced)
         self.wait_tables_ok(timeout=60)
 
     def start_pgqd(self) -> None:

@@ -16,55 +16,23 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from bench import accounts_load
 from bench.common import temp_dir
 from bench.compare import FILL, PLANTED
-from bench.londiste import NODES, QUEUE, TABLE, Cascade, Settings, ensure_installed
+from bench.londiste import TABLE, Cascade, Settings, ensure_installed
 
 
-class FilledCascade(Cascade):
-    """A Londiste cascade whose tables hold ``rows`` rows alike before they are added."""
+def _filler(rows: int) -> Callable[[str], None]:
+    def fill(url: str) -> None:
+        with psycopg.connect(url) as conn:
+            conn.execute(FILL, (rows,))
+            conn.execute("ANALYZE accounts")
 
-    def __init__(self, directory: Path, settings: Settings, rows: int) -> None:
-        super().__init__(directory, settings)
-        self.rows = rows
-
-    def start(self) -> None:
-        self.server.start()
-        with psycopg.connect(self.server.url, autocommit=True) as conn:
-            for node in NODES:
-                conn.execute(f"CREATE DATABASE l_{node}")
-        for node in NODES:
-            accounts_load.create_table(self.url(node))
-            with psycopg.connect(self.url(node)) as conn:
-                conn.execute(FILL, (self.rows,))
-                conn.execute("ANALYZE accounts")
-            self.ini(node).write_text(
-                "[londiste]\n"
-                f"job_name = londiste_{node}\n"
-                f"db = {self.connstr(node)}\n"
-                f"queue_name = {QUEUE}\n"
-                f"logfile = {self.directory / f'{node}.log'}\n"
-                f"pidfile = {self.directory / f'{node}.pid'}\n"
-                "use_skylog = 0\n"
-                f"loop_delay = {self.settings.loop_delay}\n"
-            )
-        self.londiste("root", "create-root", "root", self.connstr("root"))
-        self.londiste("branch", "create-branch", "branch", self.connstr("branch"),
-                      f"--provider={self.connstr('root')}")  # fmt: skip
-        self.londiste("leaf", "create-leaf", "leaf", self.connstr("leaf"),
-                      f"--provider={self.connstr('branch')}")  # fmt: skip
-        self.start_pgqd()
-        self.start_workers(*NODES)
-        self.londiste("root", "add-table", TABLE)
-        for node in NODES[1:]:
-            self.londiste(node, "add-table", TABLE, "--expect-sync")
-        self.wait_tables_ok(timeout=120)
+    return fill
 
 
 def plant(url: str, rows: int) -> None:
@@ -80,7 +48,7 @@ def plant(url: str, rows: int) -> None:
 def run(rows: int) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": rows}
     with temp_dir("londiste-compare") as directory:
-        c = FilledCascade(directory, Settings(), rows)
+        c = Cascade(directory, Settings(), fill=_filler(rows))
         try:
             c.start()
             plant(c.url("branch"), rows)
