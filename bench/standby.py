@@ -67,6 +67,12 @@ class Takeover:
     """The standby's CPU use while it stood by, in percent of one core."""
 
 
+def _epoch(location: str) -> int:
+    """The epoch of the worker that applied at the node last."""
+    with open_node_db(location, readonly=True) as db:
+        return db.state().epoch
+
+
 def _tree_usage(pid: int) -> tuple[int, float, int]:
     """(resident bytes, CPU seconds used so far, processes) of ``pid`` and its descendants."""
     rss, cpu, count = 0, 0.0, 0
@@ -154,7 +160,12 @@ def takeover_trial(
         # Read once every process of the leader is stopped or gone: a batch it committed
         # while the signal was on its way is not the standby's.
         before = applied()
-        wait_for(lambda: applied() > before, timeout=120, interval=0.02, what="the standby")
+        # A batch the standby applied carries its newer epoch: on a standalone cluster the
+        # lost driver's executors are the cluster's processes, not its own, and a batch they
+        # were applying may still commit at the old epoch.
+        epoch = _epoch(loc["s2"])
+        wait_for(lambda: applied() > before and _epoch(loc["s2"]) > epoch, timeout=120,
+                 interval=0.02, what="the standby")  # fmt: skip
         took = time.monotonic() - signalled
         lines = procs[other].lines()
         served_at = next(i for i, x in enumerate(lines) if SERVING in x)
