@@ -22,6 +22,9 @@ WATERMARK = "baton.watermark"
 #: (data: the partition set and its tick), so that every node of the combined set knows how
 #: far the combined set holds each partition (seed 004: "send tick_id to queue").
 PARTITION_TICK = "baton.partition-tick"
+#: The node's local key marking a pause as a compare's or repair's (set and cleared by
+#: :mod:`baton.cascade.table_diff`; an operator's pause or resume clears it).
+PAUSE_MARK = "compare"
 
 
 class Role(enum.StrEnum):

@@ -20,7 +20,7 @@ from typing import Any
 
 from baton.cascade import decide, node_ops
 from baton.cascade.db import NodeDB, open_node_db
-from baton.cascade.model import NodeState, Role
+from baton.cascade.model import PAUSE_MARK, NodeState, Role
 from baton.cascade.ticker import TickerConfig
 from baton.errors import (
     CascadeError,
@@ -388,9 +388,12 @@ def tag(c: CascadeSet, node: str, dead: bool) -> list[str]:
 
 
 def set_paused(c: CascadeSet, node: str, paused: bool) -> None:
-    """Pause (or resume) ``node``'s worker: it applies nothing while paused."""
+    """Pause (or resume) ``node``'s worker: it applies nothing while paused. An operator's
+    pause or resume takes the node over from a compare or repair that paused it (a later run
+    then refuses rather than resuming a pause that is no longer its own)."""
     with c.db(node) as db, db.transaction() as cur:
         db.set_local(cur, "paused", "1" if paused else "0")
+        db.set_local(cur, PAUSE_MARK, None)
 
 
 def live_root(c: CascadeSet, exclude: str | None = None) -> str | None:

@@ -40,6 +40,7 @@ apply on top.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import struct
 import time
@@ -54,12 +55,12 @@ from typing import Any, Protocol
 from baton.cascade.codec import ExactNumber, decode, encode_row
 from baton.cascade.db import NodeDB
 from baton.cascade.db.base import bucket_range
-from baton.cascade.model import Role
+from baton.cascade.model import PAUSE_MARK, Role
 from baton.cascade.set_ops import CascadeSet
 from baton.errors import CascadeError, CascadeInputError, NotFinished, Refused
 
-#: The node's local key marking a pause as a compare's or repair's.
-MARK = "compare"
+log = logging.getLogger("baton.cascade")
+MARK = PAUSE_MARK
 #: Keys of each kind shown unless asked for more (``--keys``); JSON carries them all.
 SHOWN_KEYS = 10
 
@@ -391,11 +392,30 @@ def paused(c: CascadeSet, node: str, what: str) -> Iterator[int]:
         db.set_local(cur, "paused", "1")
         db.set_local(cur, MARK, json.dumps({"by": what, "at": time.time()}))
         position = st.position
-    yield position
+    try:
+        yield position
+    except BaseException:
+        # An error or a Ctrl-C: the node goes back to applying rather than waiting, paused, for
+        # an operator to notice. Only a killed process leaves the mark (the next run continues).
+        _resume_after_failure(c, node, position)
+        raise
     with c.db(node) as db, db.transaction() as cur:
         _still(db, node, position)
         db.set_local(cur, MARK, None)
         db.set_local(cur, "paused", "0")
+
+
+def _resume_after_failure(c: CascadeSet, node: str, position: int) -> None:
+    """Undo :func:`paused`'s pause after a failed run, if it is still this run's; best effort
+    (an unreachable node keeps the mark, and the failure being raised says more)."""
+    try:
+        with c.db(node) as db, db.transaction() as cur:
+            st = db.state()
+            if st.paused and db.get_local(MARK) is not None and st.position == position:
+                db.set_local(cur, MARK, None)
+                db.set_local(cur, "paused", "0")
+    except (CascadeError, OSError) as e:
+        log.warning("%s stays paused after the failed run (%s): run it again or resume it", node, e)
 
 
 def paused_by(mark: str | None) -> str | None:

@@ -10,6 +10,7 @@ import json
 import math
 import sqlite3
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,11 +171,23 @@ def test_postgres_finds_exactly_what_was_planted_and_repairs_it(
     plant_and_check(pg, spark, pg_write, on_spark=on_spark)
 
 
+#: A repair's process that pauses its node and is then killed (SIGKILL) before it resumes.
+KILLED_IN_A_REPAIR = """
+import sys, time
+from baton.cascade import table_diff
+from baton.cascade.set_ops import CascadeSet
+with table_diff.paused(CascadeSet(sys.argv[1]), "s2", "repair"):
+    print("paused", flush=True)
+    time.sleep(600)
+"""
+
+
 def test_an_interrupted_repair_run_again_ends_equal(
     lite: dict[str, str], spark: SparkSession
 ) -> None:
-    """A repair killed after it paused the branch leaves it paused and marked; running it
-    again continues (a pause of someone else's would be refused)."""
+    """A repair that fails resumes its node; one whose process is killed after it paused the
+    branch leaves it paused and marked, and running it again continues. An operator's resume
+    takes the node over: a pause of theirs afterwards is theirs, not the dead repair's."""
     from baton.spark.diff import spark_differ
 
     s1, s2 = lite["s1"], lite["s2"]
@@ -184,7 +197,18 @@ def test_an_interrupted_repair_run_again_ends_equal(
     at_branch(s2, "UPDATE items SET n = 2 WHERE id = 1")
     c = CascadeSet(s2)
     with pytest.raises(RuntimeError), table_diff.paused(c, "s2", "repair"):
-        raise RuntimeError("killed")  # the process died here: no resume
+        raise RuntimeError("an error in the run")
+    assert not c.state("s2").paused and observe.members(c)[1].paused_by is None
+
+    def killed() -> None:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_IN_A_REPAIR, s2], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None and proc.stdout.readline() == "paused\n"
+        proc.kill()
+        proc.wait()
+
+    killed()
     assert c.state("s2").paused
     # status says whose pause it is, and how far it got
     assert {m.name: m.paused_by for m in observe.members(c)} == {"s1": None, "s2": "repair"}
@@ -193,6 +217,13 @@ def test_an_interrupted_repair_run_again_ends_equal(
     fixed = table_diff.repair(c, "s2", "items", spark_differ(spark))
     assert fixed.written == 1 and fixed.equal_after and not c.state("s2").paused
     assert rows(s2) == rows(s1)
+
+    killed()
+    set_ops.set_paused(c, "s2", False)  # the operator resumes the dead repair's node ...
+    set_ops.set_paused(c, "s2", True)  # ... and later pauses it for work of their own
+    with pytest.raises(Refused, match="paused by someone else"):
+        table_diff.repair(c, "s2", "items", spark_differ(spark))
+    assert c.state("s2").paused
 
 
 def test_someone_elses_pause_and_a_resume_meanwhile_are_refused(lite: dict[str, str]) -> None:
