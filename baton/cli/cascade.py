@@ -26,7 +26,7 @@ import click
 from baton.cascade import commands
 from baton.cascade.verbs import VERBS
 from baton.cli import cascade_verbs
-from baton.cli.common import EXIT_STORE, EXIT_USAGE, fail
+from baton.cli.common import EXIT_STORE, EXIT_USAGE, context_value, fail
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -54,15 +54,21 @@ def _handled(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def _via(via: str | None) -> str:
+    """``--via`` (or ``BATON_CASCADE``), else the context's ``via``."""
+    via = via or context_value("via")
     if not via:
-        raise click.UsageError("no set given: use --via LOCATION (any member) or BATON_CASCADE")
+        raise click.UsageError(
+            "no set given: use --via LOCATION (any member), set BATON_CASCADE or use a context "
+            "with one ('baton context set NAME --via LOCATION')"
+        )
     return via
 
 
 _VIA = {
     "envvar": "BATON_CASCADE",
     "metavar": "LOCATION",
-    "help": "Any member's location (finds the set's node list); env BATON_CASCADE.",
+    "help": "Any member's location (finds the set's node list); env BATON_CASCADE, else the "
+    "context's.",
 }
 
 

@@ -1,13 +1,14 @@
 """The ``baton cascade`` commands generated from the verbs' declarations
 (:data:`baton.cascade.verbs.VERBS`): one click command per verb, its arguments and options
 read from the verb's argument model, its output what the verb shows (lines and tables), or
-with ``--json`` its result."""
+with ``-o json|yaml`` (``--json``) its result, as every command prints one
+(:mod:`baton.cli.output`). A read also takes ``--watch [SECONDS]``. ``status`` draws the set
+as a tree (:mod:`baton.cli.cascade_tree`) from the lines and cells the verb shows."""
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -26,11 +27,12 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
 
 from baton.cascade import commands, table_diff
-from baton.cascade.verb import ON_THIS_HOST, Args, Grid, Shown, Verb, is_host_path
-from baton.cli.common import console
+from baton.cascade.verb import ON_THIS_HOST, Args, Verb, is_host_path
+from baton.cli import cascade_tree
+from baton.cli.output import Output, Shown, emit, output_of, output_params
+from baton.cli.watch import watch, watch_param
 from baton.spark.diff import session_differ
 from baton.validation import first_problem
 
@@ -107,17 +109,11 @@ def _validated(model: type[BaseModel], values: dict[str, Any]) -> Any:
         raise click.UsageError(commands.one_line(f"bad {where} {p.value!r}: {p.message}")) from None
 
 
-def _print(shown: list[Shown]) -> None:
-    for item in shown:
-        if isinstance(item, Grid):
-            table = Table(title=item.title)
-            for column in item.columns:
-                table.add_column(column, overflow="fold" if item.fold else "ellipsis")
-            for row in item.rows:
-                table.add_row(*row)
-            console().print(table)
-        else:
-            click.echo(item)
+#: How the command line draws a verb's result when it draws more than the verb shows: the
+#: verb's lines and tables, its result and whether the wide columns are asked for.
+_VIEWS: dict[str, Callable[[list[Any], Any, bool], list[Shown]]] = {
+    "status": cascade_tree.status,
+}
 
 
 class _Bar:
@@ -179,24 +175,33 @@ def command(
     params = [_param(name, field, via) for name, field in model.model_fields.items()]
     # Arguments first, in declaration order, as click shows them.
     params.sort(key=lambda p: not isinstance(p, click.Argument))
-    if verb.json:
-        params.append(click.Option(["--json", "as_json"], is_flag=True, help="Print JSON."))
+    params += output_params()
+    if verb.read:
+        params.append(watch_param())
     via_field = model.model_fields.get("via")
+    drawn = _VIEWS.get(verb.name)
+
+    def render(out: Output, args: Args, result: Any) -> None:
+        def view(wide: bool) -> list[Shown]:
+            shown: list[Shown] = list(verb.show(args, result))
+            return drawn(shown, result, wide) if drawn is not None else shown
+
+        emit(out, verb.printed(args, result), view)
 
     def callback(**given: Any) -> None:
-        as_json = given.pop("as_json", False)
+        out = output_of(given)
+        every = given.pop("watch", None)
         if via_field is not None and via_field.is_required():
             given["via"] = resolve_via(given["via"])
         values = {k: v for k, v in given.items() if v is not None}
         args = _validated(model, values)
         if verb.cli is not None:
             args = _validated(verb.args, verb.cli.convert(args))
+        if every is not None:
+            watch(out, every, lambda: verb.run(args), lambda r: render(out, args, r))
         with _progress_bar():
             result = verb.run(args)
-        if as_json:
-            click.echo(json.dumps(verb.printed(args, result), indent=2))
-        else:
-            _print(list(verb.show(args, result)))
+        render(out, args, result)
         if verb.fails is not None and verb.fails(result):
             sys.exit(1)
 

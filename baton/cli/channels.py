@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
-from baton.cli.common import api_token, check_api_url, console, run_async
+from baton.cli.common import api_token, check_api_url, node_api, run_async
+from baton.cli.output import Output, Shown, Table, emit, output_options
 from baton.errors import ConfigError
 
 token_option = click.option(
@@ -27,9 +27,10 @@ token_option = click.option(
     "apis",
     metavar="URL",
     multiple=True,
-    required=True,
+    envvar="BATON_API",
     callback=lambda ctx, param, values: tuple(check_api_url(ctx, param, v) for v in values),
-    help="A node's API (http://host:port); repeat it to fail over between nodes.",
+    help="A node's API (http://host:port); repeat it to fail over between nodes [env "
+    "BATON_API, else the context's].",
 )
 @token_option
 @click.option("--count", type=click.IntRange(min=1), help="Exit after this many publications.")
@@ -44,6 +45,7 @@ def subscribe(
     from baton.channels.handler import parse_channel
 
     parse_channel(channel)  # bad input is refused before connecting
+    apis = apis or (_api(None),)
     token = api_token(token_file)
 
     async def go() -> None:
@@ -62,14 +64,31 @@ def subscribe(
     run_async(go)
 
 
+def _api(api: str | None) -> str:
+    found = node_api(api)
+    if found is None:
+        raise click.UsageError(
+            "no node API given: use --api URL, set BATON_API or use a context with one "
+            "('baton context set NAME --api URL')"
+        )
+    return found
+
+
 @click.command("channels")
-@click.option("--api", metavar="URL", required=True, callback=check_api_url, help="A node's API.")
+@click.option(
+    "--api",
+    metavar="URL",
+    envvar="BATON_API",
+    callback=check_api_url,
+    help="A node's API [env BATON_API, else the context's].",
+)
 @token_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def channels(api: str, token_file: Path | None, as_json: bool) -> None:
+@output_options
+def channels(api: str | None, token_file: Path | None, out: Output) -> None:
     """List the cluster's channels: leader, epoch, offset, subscribers per node."""
     import httpx
 
+    api = _api(api)
     token = api_token(token_file)
     try:
         res = httpx.get(
@@ -82,19 +101,19 @@ def channels(api: str, token_file: Path | None, as_json: bool) -> None:
     if res.status_code != 200:
         raise ConfigError(f"node API {api} answered {res.status_code}")
     rows: list[dict[str, Any]] = res.json()["channels"]
-    if as_json:
-        click.echo(json.dumps(rows))
-        return
-    table = Table(title="channels")
-    for col in ("channel", "leader", "epoch", "offset", "subscribers"):
-        table.add_column(col)
-    for row in rows:
-        per = ", ".join(f"{n}={k}" for n, k in sorted(row["subscribers"].items())) or "-"
-        table.add_row(
-            row["channel"], str(row["leader"] or "-"), str(row["epoch"] or "-"),
-            str(row["offset"] if row["offset"] is not None else "-"), per,
-        )  # fmt: skip
-    console().print(table)
+
+    def view(wide: bool) -> list[Shown]:
+        cells = []
+        for row in rows:
+            per = ", ".join(f"{n}={k}" for n, k in sorted(row["subscribers"].items())) or "-"
+            cells.append((
+                row["channel"], str(row["leader"] or "-"), str(row["epoch"] or "-"),
+                str(row["offset"] if row["offset"] is not None else "-"), per,
+            ))  # fmt: skip
+        columns = ("channel", "leader", "epoch", "offset", "subscribers")
+        return [Table(columns, cells, title="channels")]
+
+    emit(out, rows, view)
 
 
 __all__ = ["channels", "subscribe"]

@@ -1,4 +1,5 @@
-"""Helpers shared by the ``baton`` commands: one-line errors and the store option."""
+"""Helpers shared by the ``baton`` commands: one-line errors, the store and API options and
+where their values come from when they are not given (the context in use)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 import click
 from rich.console import Console
 
+from baton.cli import contexts
 from baton.errors import BatonError, ConfigError, StoreError, redact_url
 from baton.store import Store, open_store, sqlite_path
 
@@ -57,7 +59,8 @@ store_option = click.option(
     "store_url",
     envvar="BATON_STORE",
     metavar="URL",
-    help="Store URL (sqlite:///path, redis://host:port/db, postgresql://...); env BATON_STORE.",
+    help="Store URL (sqlite:///path, redis://host:port/db, postgresql://...); env BATON_STORE, "
+    "else the context's.",
 )
 
 
@@ -67,10 +70,14 @@ LOCAL_STORE = Path(".baton") / "store.db"
 
 
 def api_token(token_file: Path | None, use: str = "") -> str:
-    """The token a command sends to a node's API: ``--token-file``, else ``BATON_TOKEN``;
-    :class:`ConfigError` naming both when neither gives one. ``use``: what it is for (``for
-    --api``), said in that error."""
+    """The token a command sends to a node's API: ``--token-file``, else ``BATON_TOKEN``, else
+    the context's token file; :class:`ConfigError` naming them when none gives one. ``use``:
+    what it is for (``for --api``), said in that error."""
     token = os.environ.get("BATON_TOKEN", "")
+    if token_file is None and not token:
+        found = contexts.in_use()
+        if found is not None and found.token_file is not None:
+            token_file = Path(found.token_file)
     if token_file is not None:
         try:
             token = token_file.read_text().strip()
@@ -78,19 +85,57 @@ def api_token(token_file: Path | None, use: str = "") -> str:
             raise ConfigError(f"cannot read token file {token_file}: {exc.strerror}") from None
     if not token:
         raise ConfigError(
-            f"no token{' ' + use if use else ''}: give --token-file FILE or set BATON_TOKEN"
+            f"no token{' ' + use if use else ''}: give --token-file FILE, set BATON_TOKEN or "
+            "a context's token_file ('baton context set NAME --token-file FILE')"
         )
     return token
 
 
+def context_value(key: str) -> str | None:
+    """The value of ``key`` (:data:`baton.cli.contexts.KEYS`) in the context in use: the
+    default of an option when neither it nor its environment variable is given."""
+    found = contexts.in_use()
+    return None if found is None else getattr(found, key)
+
+
+def node_api(api: str | None) -> str | None:
+    """The node API a command asks: ``--api`` (or ``BATON_API``), else the context's."""
+    if api:
+        return api
+    found = contexts.in_use()
+    if found is None or found.api is None:
+        return None
+    try:
+        return check_api_url(None, None, found.api)
+    except click.BadParameter as exc:
+        where = f"{contexts.config_path()}: [contexts.{found.name}] api"
+        raise ConfigError(f"{where}: {exc.format_message()}") from None
+
+
+def store_or_api(store_url: str | None, api: str | None) -> tuple[str | None, str | None]:
+    """What a command that reads from either asks, the store's URL or a node's API: the one
+    given (``--api`` first), else the context's store, else its API, else a ``baton up`` store
+    in this directory (see :func:`need_store`)."""
+    if api:
+        return None, api
+    if store_url:
+        return need_store(store_url), None
+    found = contexts.in_use()
+    if found is not None and found.store is None and found.api is not None:
+        return None, node_api(None)
+    return need_store(None), None
+
+
 def need_store(url: str | None) -> str:
-    """The store URL given (``--store`` or ``BATON_STORE``), else the store of a ``baton up``
-    run in this directory, else a usage error."""
+    """The store URL given (``--store`` or ``BATON_STORE``), else the context's, else the store
+    of a ``baton up`` run in this directory, else a usage error."""
+    url = url or context_value("store")
     if not url:
         if not LOCAL_STORE.is_file():
             raise click.UsageError(
-                "no store given: use --store URL or set BATON_STORE (a 'baton up' in this "
-                "directory is found without either)"
+                "no store given: use --store URL, set BATON_STORE or use a context ('baton "
+                "context set NAME --store URL'); a 'baton up' in this directory is found "
+                "without any"
             )
         url = f"sqlite://{LOCAL_STORE.resolve()}"
     open_store(url)  # validates the URL (ConfigError) before anything else happens
@@ -141,6 +186,7 @@ def check_api_url(
 api_option = click.option(
     "--api",
     metavar="URL",
+    envvar="BATON_API",
     callback=check_api_url,
-    help="Ask a node's API instead of the store (http://host:port).",
+    help="Ask a node's API instead of the store (http://host:port); env BATON_API.",
 )

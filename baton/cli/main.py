@@ -3,8 +3,8 @@ traceback is shown only with ``BATON_DEBUG=1``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import faulthandler
-import json
 import logging
 import os
 import signal
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.text import Text
 
 from baton import logs
 from baton.cli import cascade as cascade_cli
-from baton.cli import cascade_run
+from baton.cli import cascade_run, context_cmd, contexts
 from baton.cli import channels as channels_cli
 from baton.cli import placement as placement_cli
 from baton.cli import redis_failover as redis_failover_cli
@@ -34,7 +34,11 @@ from baton.cli.common import (
     need_store,
     run_async,
     store_option,
+    store_or_api,
 )
+from baton.cli.output import Output, Shown, Table, emit, output_options
+from baton.cli.watch import watch as watch_loop
+from baton.cli.watch import watch_option
 from baton.epochs import epoch_text, granted_at
 from baton.errors import ConfigError, redact_url
 from baton.lease.timings import Timings
@@ -52,9 +56,18 @@ from baton.store import Lease
     help="How every service writes its log lines to stderr: key=value, or one JSON object "
     "per line (also for the processes it starts) [env BATON_LOG_FORMAT].",
 )
-def cli(log_format: str) -> None:
+@click.option(
+    "--context",
+    "context_name",
+    metavar="NAME",
+    shell_complete=context_cmd.complete_name,
+    help="Take the defaults of --store, --api, --token-file and --via from context NAME "
+    "instead of the current one [env BATON_CONTEXT] (see 'baton context').",
+)
+def cli(log_format: str, context_name: str | None) -> None:
     """baton: fenced leadership, placement and cascaded replication."""
     logs.use_format(log_format)
+    contexts.choose(context_name)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -201,28 +214,19 @@ def _api_status(api: str, token_file: Path | None) -> dict[str, Any]:
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path),
-    help="Cluster token for --api (or BATON_TOKEN).",
+    help="Cluster token for --api (or BATON_TOKEN, else the context's token file).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option(
-    "--watch",
-    type=click.FloatRange(min=0.1),
-    is_flag=False,
-    flag_value=2.0,
-    default=None,
-    metavar="[SECONDS]",
-    help="Show it again every SECONDS (2 when not given) until Ctrl-C: on a terminal in place, "
-    "piped one snapshot after another (with --json, one JSON document per line).",
-)
+@output_options
+@watch_option
 def status(
     store_url: str | None,
     api: str | None,
     token_file: Path | None,
-    as_json: bool,
+    out: Output,
     watch: float | None,
 ) -> None:
     """Show the cluster: the controller and every node (from the store, or a node's API)."""
-    url = None if api else need_store(store_url)
+    url, api = store_or_api(store_url, api)
 
     def snapshot() -> dict[str, Any]:
         if api:
@@ -230,59 +234,68 @@ def status(
         assert url is not None
         return run_async(lambda: _cluster_status(url))
 
+    def render(st: dict[str, Any]) -> None:
+        emit(out, st, lambda wide: _status_view(st, wide))
+
     if watch is None:
-        _show_status(snapshot(), as_json)
-        return
-    tty = sys.stdout.isatty()
-    while True:
-        st = snapshot()
-        if tty and not as_json:
-            click.clear()
-        elif not as_json:
-            click.echo(f"-- {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        _show_status(st, as_json)
-        sys.stdout.flush()
-        time.sleep(watch)
+        render(snapshot())
+    else:
+        watch_loop(out, watch, snapshot, render)
 
 
-def _show_status(st: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(st))
-        return
+def _status_view(st: dict[str, Any], wide: bool) -> list[Shown]:
     ctl = st["controller"]
-    click.echo(
+    line = (
         f"controller: {ctl['id']} at epoch {epoch_text(ctl['epoch'])}"
         if ctl
-        else "controller: none"
+        else ("controller: none")
     )
-    _print_nodes(st["nodes"])
+    return [line, _nodes_table(st["nodes"], wide)]
 
 
 @cli.command()
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def nodes(store_url: str | None, as_json: bool) -> None:
+@output_options
+def nodes(store_url: str | None, out: Output) -> None:
     """List the nodes and their state (live, suspect, dead)."""
     url = need_store(store_url)
     st = run_async(lambda: _cluster_status(url))
-    if as_json:
-        click.echo(json.dumps(st["nodes"]))
-    else:
-        _print_nodes(st["nodes"])
+    emit(out, st["nodes"], lambda wide: [_nodes_table(st["nodes"], wide)])
 
 
-def _print_nodes(rows: list[dict[str, Any]]) -> None:
-    table = Table(title="nodes")
-    for col in ("id", "state", "address", "capacity", "labels", "version"):
-        table.add_column(col)
+_STATE_COLOURS = {"live": "green", "suspect": "yellow"}
+
+
+def _nodes_table(rows: list[dict[str, Any]], wide: bool) -> Table:
+    """Every node; wide: with its membership epoch, when it started and the types it runs."""
+    columns: tuple[str, ...] = ("id", "state", "address", "capacity", "labels", "version")
+    if wide:
+        columns += ("epoch", "started", "types")
+    cells = []
     for n in rows:
-        colour = {"live": "green", "suspect": "yellow"}.get(n["state"], "red")
-        labels = ",".join(f"{k}={v}" for k, v in n["labels"].items())
-        table.add_row(
-            n["id"], f"[{colour}]{n['state']}[/]", n["address"], str(n["capacity"]), labels,
+        row: tuple[str | Text, ...] = (
+            n["id"],
+            Text(n["state"], style=_STATE_COLOURS.get(n["state"], "red")),
+            n["address"],
+            str(n["capacity"]),
+            ",".join(f"{k}={v}" for k, v in n["labels"].items()),
             n["version"],
-        )  # fmt: skip
-    console().print(table)
+        )
+        if wide:
+            started = n.get("started_at")
+            row += (
+                "-" if n.get("epoch") is None else str(n["epoch"]),
+                _when(started) if isinstance(started, int | float) else "-",
+                ",".join(n.get("types") or []) or "-",
+            )
+        cells.append(row)
+    return Table(columns, cells, title="nodes")
+
+
+def _when(seconds: float) -> str:
+    """A time of the store's or a node's clock for a person: UTC to the second."""
+    at = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    return f"{at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 @cli.group()
@@ -295,6 +308,7 @@ def _lease_dict(item: Lease, now: float) -> dict[str, Any]:
         "name": item.name,
         "holder": item.holder,
         "epoch": item.epoch,
+        "granted_at": granted_at(item.epoch),
         "ttl": item.ttl,
         "expires_at": item.expires_at,
         "expires_in": round(item.expires_at - now, 3),
@@ -304,8 +318,8 @@ def _lease_dict(item: Lease, now: float) -> dict[str, Any]:
 @lease.command("show")
 @click.argument("name")
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def lease_show(name: str, store_url: str | None, as_json: bool) -> None:
+@output_options
+def lease_show(name: str, store_url: str | None, out: Output) -> None:
     """Show who holds lease NAME (exit status 1 when nobody does)."""
     url = need_store(store_url)
 
@@ -314,23 +328,24 @@ def lease_show(name: str, store_url: str | None, as_json: bool) -> None:
             return await store.get_lease(name), await store.now()
 
     found, now = run_async(go)
-    if as_json:
-        click.echo(json.dumps(_lease_dict(found, now) if found else {"name": name, "holder": None}))
-    elif found is None:
-        click.echo(f"{name}: free")
-    else:
-        click.echo(
+
+    def view(wide: bool) -> list[Shown]:
+        if found is None:
+            return [f"{name}: free"]
+        return [
             f"{name}: held by {found.holder} at epoch {epoch_text(found.epoch)}, "
             f"expires in {found.expires_at - now:.1f}s (ttl {found.ttl:g}s)"
-        )
+        ]
+
+    emit(out, _lease_dict(found, now) if found else {"name": name, "holder": None}, view)
     sys.exit(0 if found else 1)
 
 
 @lease.command("list")
 @store_option
 @click.option("--prefix", default="", help="Only leases whose name starts with this.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
+@output_options
+def lease_list(store_url: str | None, prefix: str, out: Output) -> None:
     """List held leases."""
     url = need_store(store_url)
 
@@ -339,19 +354,21 @@ def lease_list(store_url: str | None, prefix: str, as_json: bool) -> None:
             return await store.list_leases(prefix), await store.now()
 
     leases, now = run_async(go)
-    if as_json:
-        click.echo(json.dumps([_lease_dict(x, now) for x in leases]))
-        return
-    table = Table(title=f"leases on {redact_url(url)}")
-    for col in ("name", "holder", "epoch", "granted", "expires in", "ttl"):
-        table.add_column(col)
-    for x in leases:
-        at = granted_at(x.epoch)
-        table.add_row(
-            x.name, x.holder, str(x.epoch), f"{at:%Y-%m-%d %H:%M:%S} UTC" if at else "-",
-            f"{x.expires_at - now:.1f}s", f"{x.ttl:g}s",
-        )  # fmt: skip
-    console().print(table)
+
+    def view(wide: bool) -> list[Shown]:
+        columns: tuple[str, ...] = ("name", "holder", "epoch", "granted", "expires in", "ttl")
+        rows = []
+        for x in leases:
+            at = granted_at(x.epoch)
+            row = (
+                x.name, x.holder, str(x.epoch), f"{at:%Y-%m-%d %H:%M:%S} UTC" if at else "-",
+                f"{x.expires_at - now:.1f}s", f"{x.ttl:g}s",
+            )  # fmt: skip
+            rows.append(row + ((_when(x.expires_at),) if wide else ()))
+        columns += ("expires at",) if wide else ()
+        return [Table(columns, rows, title=f"leases on {redact_url(url)}")]
+
+    emit(out, [_lease_dict(x, now) for x in leases], view)
 
 
 @cli.command()
@@ -388,6 +405,7 @@ cli.add_command(cascade_cli.cascade)
 cli.add_command(channels_cli.subscribe)
 cli.add_command(channels_cli.channels)
 cli.add_command(redis_failover_cli.redis_failover)
+cli.add_command(context_cmd.context)
 
 
 def main() -> None:

@@ -3,13 +3,15 @@ talk to the store directly (no running node needed); the controller reacts to th
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.text import Text
 
-from baton.cli.common import console, existing_store, need_store, run_async, store_option
+from baton.cli.common import existing_store, need_store, run_async, store_option
+from baton.cli.output import Output, Shown, Table, emit, output_options
 from baton.errors import ConfigError
 from baton.keys import NODES
 from baton.placement.records import (
@@ -49,6 +51,7 @@ def object_group() -> None:
 @click.option("--spec", metavar="JSON", help="Type-specific settings, a JSON object.")
 @click.option("--selector", multiple=True, metavar="K=V", help="Required node label (repeat).")
 @store_option
+@output_options
 def object_create(  # click passes every parameter by keyword
     *,
     type_: str,
@@ -58,6 +61,7 @@ def object_create(  # click passes every parameter by keyword
     spec: str | None,
     selector: tuple[str, ...],
     store_url: str | None,
+    out: Output,
 ) -> None:
     """Create object NAME of workload type TYPE."""
     url = need_store(store_url)
@@ -65,13 +69,17 @@ def object_create(  # click passes every parameter by keyword
     # Before the store is even opened: a bad spec is the user's to fix, whatever the store says.
     obj = check_spec(obj)
 
-    async def go() -> None:
+    async def go() -> dict[str, Any]:
         async with existing_store(url) as store:
             await _check_type(store, obj.type)
             await create_object(store, obj)
+            made = (await read_objects(store)).get(obj.name, obj)  # as stored: with created_at
+            return made.model_dump()
 
-    run_async(go)
-    click.echo(f"created {obj.type} {obj.name}: {obj.partitions} partition(s) x {obj.replicas}")
+    made = run_async(go)
+    emit(out, made, lambda wide: [
+        f"created {obj.type} {obj.name}: {obj.partitions} partition(s) x {obj.replicas}"
+    ])  # fmt: skip
 
 
 async def _node_types(store: Store) -> dict[str, list[str]]:
@@ -106,8 +114,8 @@ async def _check_type(store: Store, type_name: str) -> None:
 
 @object_group.command("list")
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def object_list(store_url: str | None, as_json: bool) -> None:
+@output_options
+def object_list(store_url: str | None, out: Output) -> None:
     """List objects."""
     url = need_store(store_url)
 
@@ -116,26 +124,36 @@ def object_list(store_url: str | None, as_json: bool) -> None:
             return [o.model_dump() for o in (await read_objects(store)).values()]
 
     objects = run_async(go)
-    if as_json:
-        click.echo(json.dumps(objects, indent=2))
-        return
-    table = Table("name", "type", "partitions", "replicas", "selector", "spec")
-    for o in objects:
-        table.add_row(
-            o["name"],
-            o["type"],
-            str(o["partitions"]),
-            str(o["replicas"]),
-            ",".join(f"{k}={v}" for k, v in o["selector"].items()),
-            json.dumps(o["spec"]) if o["spec"] else "",
-        )
-    console().print(table)
+
+    def view(wide: bool) -> list[Shown]:
+        columns = ("name", "type", "partitions", "replicas", "selector", "spec")
+        rows = []
+        for o in objects:
+            row = (
+                o["name"],
+                o["type"],
+                str(o["partitions"]),
+                str(o["replicas"]),
+                ",".join(f"{k}={v}" for k, v in o["selector"].items()),
+                json.dumps(o["spec"]) if o["spec"] else "",
+            )
+            rows.append(row + ((_when(o["created_at"]),) if wide else ()))
+        return [Table((*columns, "created") if wide else columns, rows, title="objects")]
+
+    emit(out, objects, view)
+
+
+def _when(seconds: float) -> str:
+    if seconds <= 0:
+        return "-"
+    return f"{dt.datetime.fromtimestamp(seconds, tz=dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 @object_group.command("delete")
 @click.argument("name")
 @store_option
-def object_delete(name: str, store_url: str | None) -> None:
+@output_options
+def object_delete(name: str, store_url: str | None, out: Output) -> None:
     """Delete object NAME (its members are stopped by the controller)."""
     url = need_store(store_url)
 
@@ -144,14 +162,15 @@ def object_delete(name: str, store_url: str | None) -> None:
             await delete_object(store, name)
 
     run_async(go)
-    click.echo(f"deleted {name}")
+    emit(out, {"deleted": name}, lambda wide: [f"deleted {name}"])
 
 
 @click.command("drain")
 @click.argument("node")
 @click.option("--undo", is_flag=True, help="Let the node receive members again.")
 @store_option
-def drain(node: str, undo: bool, store_url: str | None) -> None:
+@output_options
+def drain(node: str, undo: bool, store_url: str | None, out: Output) -> None:
     """Move every member off NODE and place nothing new on it."""
     url = need_store(store_url)
 
@@ -168,13 +187,14 @@ def drain(node: str, undo: bool, store_url: str | None) -> None:
             await set_drain(store, node, not undo)
 
     run_async(go)
-    click.echo(f"{node}: {'no longer draining' if undo else 'draining'}")
+    line = f"{node}: {'no longer draining' if undo else 'draining'}"
+    emit(out, {"node": node, "draining": not undo}, lambda wide: [line])
 
 
 @click.command("placement")
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def placement(store_url: str | None, as_json: bool) -> None:
+@output_options
+def placement(store_url: str | None, out: Output) -> None:
     """Objects per node and type, group leaders and terms, groups in failure reconciliation."""
     url = need_store(store_url)
 
@@ -183,21 +203,30 @@ def placement(store_url: str | None, as_json: bool) -> None:
             return await placement_view(store)
 
     view = run_async(go)
-    if as_json:
-        click.echo(json.dumps(view, indent=2))
-        return
-    out = console()
+    emit(out, view, lambda wide: _placement_view(view, wide))
+
+
+def _placement_view(view: dict[str, Any], wide: bool) -> list[Shown]:
+    """Members per node and type, then every group; wide: each group's record version and
+    the transfer under way."""
     types = sorted({t for per in view["per_node"].values() for t in per})
-    table = Table("node", *types, "leaders", title="members per node and type")
+    rows = []
     for node, per in view["per_node"].items():
         drained = " (draining)" if node in view["draining"] else ""
-        table.add_row(
-            node + drained, *(str(per.get(t, 0)) for t in types), str(view["leaders"].get(node, 0))
+        rows.append(
+            (
+                node + drained,
+                *(str(per.get(t, 0)) for t in types),
+                str(view["leaders"].get(node, 0)),
+            )
         )
-    out.print(table)
-    groups = Table("group", "type", "leader", "term", "members", "state", title="groups")
+    shown: list[Shown] = [
+        Table(("node", *types, "leaders"), rows, title="members per node and type")
+    ]
+    columns: tuple[str, ...] = ("group", "type", "leader", "term", "members", "state")
+    groups = []
     for g in view["groups"]:
-        groups.add_row(
+        row: tuple[str, ...] = (
             g["group"],
             g["type"],
             g["leader"] or "-",
@@ -205,8 +234,19 @@ def placement(store_url: str | None, as_json: bool) -> None:
             ",".join(g["members"]),
             g["state"] + (f": {g['detail']}" if g["detail"] else ""),
         )
-    out.print(groups)
+        if wide:
+            moving = g["transfer"]
+            row += (str(g["version"]), json.dumps(moving) if moving else "-")
+        groups.append(row)
+    shown.append(
+        Table((*columns, "version", "transfer") if wide else columns, groups, title="groups")
+    )
     if view["failures"]:
-        out.print(f"[bold red]{len(view['failures'])} group(s) in failure reconciliation")
+        shown.append(
+            Text(f"{len(view['failures'])} group(s) in failure reconciliation", "bold red")
+        )
     if view["errors"]:
-        out.print(f"[bold red]{len(view['errors'])} group(s) with a member that cannot run")
+        shown.append(
+            Text(f"{len(view['errors'])} group(s) with a member that cannot run", "bold red")
+        )
+    return shown

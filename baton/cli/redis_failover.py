@@ -6,7 +6,6 @@ commands, so that every other ``baton`` command starts without them."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import sys
@@ -18,6 +17,7 @@ import click
 
 from baton import logs
 from baton.cli.common import run_async
+from baton.cli.output import Output, Shown, emit, output_options
 from baton.errors import ConfigError
 
 config_option = click.option(
@@ -195,7 +195,7 @@ def _status_settings(
     help="A server's status API (http://its --listen) for its rounds [the config's listen].",
 )
 @token_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@output_options
 def status_cmd(
     *,
     config_path: Path | None,
@@ -203,7 +203,7 @@ def status_cmd(
     client_ids: str | None,
     server_url: str | None,
     token_file: Path | None,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Show the master, every server's role, each client's file and answer, the last round."""
     import httpx
@@ -251,26 +251,28 @@ def status_cmd(
         return out
 
     st = run_async(go)
-    if as_json:
-        click.echo(json.dumps(st))
-        return
+    emit(out, st, lambda wide: _status_lines(st))
+
+
+def _status_lines(st: dict[str, Any]) -> list[Shown]:
+    """The master, each server, each client's file and last answer, the server's last round."""
     masters = st["masters"]
-    click.echo(f"master: {', '.join(masters) if masters else 'none'}")
+    out: list[Shown] = [f"master: {', '.join(masters) if masters else 'none'}"]
     if len(masters) > 1:
-        click.echo("ALERT: more than one server is a master")
+        out.append("ALERT: more than one server is a master")
     for s in st["servers"]:
         if not s["reachable"]:
-            click.echo(f"  {s['address']}: unreachable")
+            out.append(f"  {s['address']}: unreachable")
         else:
             follows = f" of {s['master']}" if s["master"] else ""
-            click.echo(
+            out.append(
                 f"  {s['address']}: {s['role']}{follows} offset {s['offset']} "
                 f"round {s['round'] or '-'}"
             )
-    click.echo("clients:")
+    out.append("clients:")
     for cid, c in st["clients"].items():
         if isinstance(c, str):
-            click.echo(f"  {cid}: {c}")
+            out.append(f"  {cid}: {c}")
             continue
         last = c.get("last") or {}
         answer = f"{last.get('message')} -> {last.get('answer')}" if last else "no message yet"
@@ -281,21 +283,21 @@ def status_cmd(
             if c.get("invalidated_in")
             else ""
         )
-        click.echo(
+        out.append(
             f"  {cid}: file {c.get('master') or 'EMPTY'}{named}{waits}, last {answer}{reason}"
         )
     srv = st["server"]
     if isinstance(srv, dict):
         last_round = srv.get("last_round")
-        click.echo(f"server {srv.get('server')}: master {srv.get('master')}")
+        out.append(f"server {srv.get('server')}: master {srv.get('master')}")
         if last_round:
-            click.echo(f"  last round {last_round.get('token')}: {last_round.get('outcome')}")
+            out.append(f"  last round {last_round.get('token')}: {last_round.get('outcome')}")
         else:
-            click.echo("  last round: none since it started")
-        for alert in srv.get("alerts") or []:
-            click.echo(f"  ALERT: {alert}")
+            out.append("  last round: none since it started")
+        out += [f"  ALERT: {alert}" for alert in srv.get("alerts") or []]
     elif srv is not None:
-        click.echo(f"server: {srv}")
+        out.append(f"server: {srv}")
+    return out
 
 
 @redis_failover.command("switch")
@@ -305,6 +307,7 @@ def status_cmd(
 @clients_option
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Catch-up limit.")
 @token_option
+@output_options
 def switch_cmd(
     *,
     new_master: str,
@@ -313,6 +316,7 @@ def switch_cmd(
     client_ids: str | None,
     timeout: float,
     token_file: Path | None,
+    out: Output,
 ) -> None:
     """Planned switch to NEW_MASTER (H:P): every client invalidates, writes pause on the old
     master until NEW_MASTER caught up, then it is promoted: no acknowledged write is lost."""
@@ -331,10 +335,11 @@ def switch_cmd(
     new = parse_address(new_master, what="NEW_MASTER")
     st = run_async(lambda: switch(cfg, new, timeout))
     last = st.get("last_round") or {}
-    click.echo(
+    line = (
         f"switched from {last.get('old')} to {last.get('new')} in round "
         f"{last.get('token')} ({last.get('seconds')}s)"
     )
+    emit(out, last, lambda wide: [line])
     sys.exit(0)
 
 
