@@ -1,7 +1,8 @@
 """The node's HTTP API (FastAPI on uvicorn), with an OpenAPI document at ``/openapi.json``.
 
-Every route except ``/healthz`` needs the cluster token as a Bearer token, the OpenAPI
-document included (``/docs`` and ``/redoc`` are not served). A missing or wrong token gets 401
+Every route except ``/healthz`` and the web dashboard's static files (``/ui``, which hold no
+data: :mod:`baton.node.api_ui`) needs the cluster token as a Bearer token, the OpenAPI document
+included (``/docs`` and ``/redoc`` are not served). A missing or wrong token gets 401
 with no detail; tokens are compared in constant time and never logged. Commands between nodes
 carry the sender's role and epoch; a stale one gets 409 and changes nothing. A request that
 fails unexpectedly gets 500, is counted in ``baton_http_requests_total`` and logged with what
@@ -26,6 +27,8 @@ from baton.logs import describe
 from baton.node.agent import NodeAgent
 from baton.node.api_cascade import cascade_router
 from baton.node.api_channels import channels_router
+from baton.node.api_ui import ui_router
+from baton.node.ui_snapshot import Snapshots
 from baton.placement.view import placement_view
 
 #: ``object/partition``, as in group records.
@@ -103,6 +106,7 @@ def build_app(agent: NodeAgent) -> FastAPI:
     auth = [Depends(authorize)]
     app.include_router(cascade_router(auth))
     app.include_router(channels_router(agent.channels, auth))
+    app.include_router(ui_router(Snapshots(agent), token, auth))
 
     @app.middleware("http")
     async def count(request: Request, call_next: Any) -> Response:
