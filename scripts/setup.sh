@@ -19,6 +19,8 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server etcd-client)
 # promtool (from prometheus): the dashboard test checks docs/alerts.yml with `promtool check rules`.
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# chromium: the web dashboard's tests drive Debian's browser with Playwright.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${BATON_BENCH:-0}" = 1 ]; then
   # The store-failover benchmark's reference: Redis Sentinel.
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
