@@ -48,7 +48,7 @@ def test_api_conforms_and_never_fails(tmp_path: Path) -> None:
             "GET /healthz", "GET /v1/status", "GET /metrics", "POST /v1/commands",
             "GET /v1/groups", "POST /v1/groups/{object_name}/{partition}/fetch",
             "GET /v1/placement", "POST /v1/channels/subscribe", "GET /v1/channels",
-            "GET /v1/channels/cluster",
+            "GET /v1/channels/cluster", "GET /v1/ui/snapshot",
         } | CASCADE  # fmt: skip
         for op in operations:
             cascade = op.label in CASCADE
