@@ -22,13 +22,16 @@ fenced log with its epoch. The demo then
 7. runs two Redis servers (a master and its replica) with two ``baton redis-failover`` clients
    and a server, SIGKILLs the master and shows every client's master file moving to the replica
    only after all of them agreed, then switches back with a planned switch that loses no
-   acknowledged write.
+   acknowledged write;
+8. starts a node agent and prints the address of its web dashboard, which shows the sets the
+   demo built (kept up until Enter when stdin is a terminal).
 
 It prints what happened and how long each step took, and exits 0 only when every check held.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import tempfile
 import time
@@ -41,6 +44,7 @@ from rich.table import Table
 
 from baton.demo.cascade import cascade_part
 from baton.demo.channels import channels_part
+from baton.demo.dashboard import dashboard_part
 from baton.demo.failover import failover_part
 from baton.demo.placement import placement_part
 from baton.lease.timings import Timings
@@ -137,11 +141,19 @@ def _on_a_cluster(
 
 
 def run_demo(
-    nodes: int = 3, ttl: float = 2.0, workdir: Path | None = None, spark: str = "local"
+    nodes: int = 3,
+    ttl: float = 2.0,
+    workdir: Path | None = None,
+    spark: str = "local",
+    keep: bool | None = None,
 ) -> bool:
     """Run the demonstration; return True when everything it shows actually happened.
     ``spark``: ``local`` (the cascade part on ``local[4]``) or ``cluster`` (on a standalone
-    cluster of two workers started for it)."""
+    cluster of two workers started for it). ``keep``: hold the dashboard's agent up at the end
+    (until Enter, or Ctrl-C without a terminal); None: when stdin is a terminal, or when
+    ``BATON_DEMO_KEEP=1``."""
+    if keep is None and os.environ.get("BATON_DEMO_KEEP") == "1":
+        keep = True
     console = Console(stderr=False)
     timings = Timings.for_ttl(ttl)
     tmp = Path(workdir or tempfile.mkdtemp(prefix="baton-demo-"))
@@ -267,4 +279,5 @@ def run_demo(
         )
     console.print(table)
     console.print(f"work directory: {tmp}")
+    ok &= dashboard_part(console, tmp / "dashboard", tmp / "cascade", keep)
     return ok

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: How far back the lag plot goes, in seconds.
-LAG_WINDOW = 600.0
+LAG_WINDOW = 300.0
 #: A member's lag is recorded at least this often (seconds), even when it does not change.
 LAG_REFRESH = 15.0
 #: Timeline entries and store-failover rounds kept.

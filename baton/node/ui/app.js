@@ -10,7 +10,7 @@
 
 const KEY = "baton.token";
 const VIEWS = ["nodes", "placement", "cascade", "channels", "failover", "timeline"];
-const PLOT_WINDOW = 600; // seconds of lag history drawn
+const PLOT_WINDOW = 300; // seconds of lag history drawn
 const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d"];
 
 const state = {
@@ -361,6 +361,9 @@ function member(set, m, depth) {
     { class: `member ${m.role}`, dataset: { member: m.name, role: m.role, depth: String(depth) } },
     el("div", { class: "member-head" }, el("strong", { class: "name" }, m.name), badge(m.role), m.paused ? badge("paused") : null, m.dead ? badge("dead") : null, m.reachable ? null : badge("unreachable", "dead")),
     el("div", { class: "muted" }, `tick ${m.position} · ${lag}`),
+    Object.keys(m.tables || {}).length
+      ? el("div", { class: "tables" }, "tables ", Object.entries(m.tables).map(([t, st]) => el("span", { class: "table-state" }, el("span", { class: "name" }, t), badge(st))))
+      : null,
     el("div", {}, "worker ", badge(worker, service.state || "never"), m.agent ? el("span", { class: "muted" }, ` on ${m.agent}`) : null, m.standby.length ? el("span", { class: "muted" }, ` · standby ${m.standby.join(", ")}`) : null),
     service.error ? el("div", { class: "error" }, service.error) : null,
     m.switching_to ? el("div", { class: "notice" }, `switching to ${m.switching_to}`) : null,
@@ -403,7 +406,7 @@ function plot(s, set) {
     { class: "legend" },
     series.map((line, i) => el("span", {}, el("span", { class: `swatch c${i % COLORS.length}` }), ` ${line.name}`)),
   );
-  return el("figure", { class: "lag" }, el("figcaption", { class: "muted" }, "lag (seconds), last 10 minutes"), box, legend);
+  return el("figure", { class: "lag" }, el("figcaption", { class: "muted" }, `lag (seconds), last ${PLOT_WINDOW / 60} minutes`), box, legend);
 }
 
 function renderChannels(s) {
