@@ -224,7 +224,11 @@ def test_pause_tag_candidates_change_provider(cset: Set) -> None:
     assert json.loads(ok(run("candidates", "s4", "--json", *s.via))) == ["s1", "s2", "s3"]
     assert ok(run("pause", "s3", *s.via)).strip() == "s3: paused"
     assert by_name(status(s))["s3"]["paused"] is True
-    assert "yes" in ok(run("status", *s.via))
+    # The tree says so in s3's state; the wide one also in the paused column.
+    s3_row = next(line for line in ok(run("status", *s.via)).splitlines() if "s3 " in line)
+    assert "paused" in s3_row, s3_row
+    wide_row = next(r for r in ok(run("status", "-o", "wide", *s.via)).splitlines() if "s3 " in r)
+    assert "yes" in wide_row, wide_row
     ok(run("resume", "s3", *s.via))
     assert by_name(status(s))["s3"]["paused"] is False
     # A node whose service runs is alive: tagging it dead (the wrong node?) is refused, since
@@ -406,7 +410,7 @@ def test_a_switchover_that_could_not_finish_changes_nothing(cset: Set) -> None:
         unchanged()
     assert by_name(status(s))["s2"]["service"]["state"] == "stopped"
     with served(s.loc("s2")):
-        shown = ok(run("status", *s.via))
+        shown = ok(run("status", "-o", "wide", *s.via))
         assert re.search(r"running on \S+:\d+ at\s+epoch 1", shown), shown
         with open_node_db(s.loc("s1")) as db:  # the root ticks twice (s2 applies nothing)
             for _ in range(2):

@@ -109,7 +109,7 @@ def _unknown(known: contexts.Contexts, name: str) -> str:
 @_NAME
 def use(name: str) -> None:
     """Make NAME the current context."""
-    known = contexts.load()
+    known = contexts.load(repairing=True)  # also mends a current context no longer there
     if name not in known.contexts:
         raise ConfigError(_unknown(known, name))
     contexts.save(dataclasses.replace(known, current=name))

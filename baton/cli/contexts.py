@@ -87,8 +87,10 @@ def check_name(name: str) -> str:
     return name
 
 
-def load(path: Path | None = None) -> Contexts:
-    """The contexts file (:func:`config_path` by default); none when it does not exist."""
+def load(path: Path | None = None, *, repairing: bool = False) -> Contexts:
+    """The contexts file (:func:`config_path` by default); none when it does not exist.
+    ``repairing``: a current context that is not in the file is taken as none (``context use``
+    mends it), instead of an error."""
     path = path or config_path()
     try:
         raw = path.read_bytes()
@@ -114,10 +116,13 @@ def load(path: Path | None = None) -> Contexts:
         raise ConfigError(f"{path}: contexts must be tables, [contexts.NAME]")
     found = {name: _context(path, name, table) for name, table in tables.items()}
     if current is not None and current not in found:
-        raise ConfigError(
-            f"{path}: current context {current!r} is not in the file: run 'baton context use "
-            f"NAME' with one of {_names(found)}, or set current to one of them"
-        )
+        if repairing:
+            current = None
+        else:
+            raise ConfigError(
+                f"{path}: current context {current!r} is not in the file: run 'baton context "
+                f"use NAME' with one of {_names(found)}, or set current to one of them"
+            )
     return Contexts(path, current, found)
 
 

@@ -4,7 +4,9 @@ bad input is one line that changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -48,7 +50,9 @@ def test_object_lifecycle(backend: Backend) -> None:
             "created_at": listed[0]["created_at"],
         }
     ]
-    assert listed[0]["created_at"] > 0
+    # A timestamp is ISO-8601 UTC in every command's JSON (docs/cli.md, output formats).
+    made = dt.datetime.fromisoformat(listed[0]["created_at"])
+    assert made.tzinfo == dt.UTC and abs(time.time() - made.timestamp()) < 300
     table = baton("object", "list", *s).stdout
     assert "orders" in table and "zone=a" in table
     # The name is taken: refused, and the object is unchanged.
