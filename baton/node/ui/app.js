@@ -11,6 +11,7 @@
 const KEY = "baton.token";
 const VIEWS = ["nodes", "placement", "cascade", "channels", "failover", "timeline"];
 const PLOT_WINDOW = 300; // seconds of lag history drawn
+const GAP = 30; // seconds between two lag points that mean nobody watched in between
 const COLORS = ["#2563eb", "#dc2626", "#059669", "#d97706", "#7c3aed", "#0891b2", "#be185d"];
 
 const state = {
@@ -391,15 +392,22 @@ function plot(s, set) {
   box.append(svg("text", { x: pad.left, y: height - 4, class: "tick" }, `-${PLOT_WINDOW / 60} min`));
   box.append(svg("text", { x: width - pad.right, y: height - 4, "text-anchor": "end", class: "tick" }, "now"));
   series.forEach((line, i) => {
-    if (!line.points.length) return;
-    // A step line: each value holds until the next point, the last one until now.
-    const coords = [];
+    // A step line: each value holds until the next point (the last one until now), but not
+    // across a gap: the node records a point at least every 15 s while a page is open, so a
+    // longer gap is a time nobody watched, drawn as nothing.
+    let coords = [];
+    const draw = () => {
+      if (coords.length) box.append(svg("polyline", { points: coords.join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 2 }));
+      coords = [];
+    };
     line.points.forEach((p, j) => {
       const t = Math.max(p[0], now - PLOT_WINDOW);
       const next = j + 1 < line.points.length ? line.points[j + 1][0] : now;
-      coords.push(`${x(t).toFixed(1)},${y(p[1]).toFixed(1)}`, `${x(next).toFixed(1)},${y(p[1]).toFixed(1)}`);
+      const until = next - p[0] > GAP ? p[0] : next;
+      coords.push(`${x(t).toFixed(1)},${y(p[1]).toFixed(1)}`, `${x(until).toFixed(1)},${y(p[1]).toFixed(1)}`);
+      if (until !== next) draw();
     });
-    box.append(svg("polyline", { points: coords.join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 2 }));
+    draw();
   });
   const legend = el(
     "div",
