@@ -106,6 +106,8 @@ from baton.store.etcd_keyspace import Keyspace, View, claim_prefix
 RENEW_CHUNK: Final = 120
 #: Leases whose expiry one ``expire_due`` transaction logs (four operations each).
 EXPIRE_BATCH: Final = 30
+#: Reads of free leases kept for an acquire that follows (more are dropped, all at once).
+PEEKED_MAX: Final = 256
 
 _US = 1_000_000
 
@@ -122,6 +124,8 @@ class EtcdStore(Store):
         self.url = self._target.display
         self._ks = Keyspace(f"{self._target.prefix}/{namespace}/", log_limit, self.url)
         self._connect_lock = asyncio.Lock()
+        #: The last read of free leases by get_lease, by name, for the acquire that follows.
+        self._peeked: dict[str, View] = {}
 
     def _key(self, *parts: str) -> str:
         return self._ks.key(*parts)
@@ -183,13 +187,19 @@ class EtcdStore(Store):
         lk, xk = self._lease_keys(name)
         ek, hk = self._key("epoch", name), self._key("handover", name)
         async with self._ks.writing:
+            # A follower looks at the lease (get_lease) right before it campaigns: that read
+            # serves as this one's, and the commit's compares catch anything written since.
+            peeked = self._peeked.pop(name, None)
             for attempt in range(keyspace.MAX_ATTEMPTS):
-                view = await self._ks.read([lk, xk, ek, hk])
+                view = peeked or await self._ks.read(self._acquire_keys(name))
                 now = self._now_us()
                 changes: list[JSON] = []
                 if lk in view.values:
                     exp, _ = keyspace.exp(view.values.get(xk))
                     if exp > now:
+                        if peeked is not None:  # maybe stale: only a fresh read may refuse
+                            peeked = None
+                            continue
                         return None
                     # Expired by the store clock but not logged yet: log it first, so the feed
                     # reads "expired" before "acquired".
@@ -200,6 +210,9 @@ class EtcdStore(Store):
                 elif hk in view.values:
                     successor, until = keyspace.handover(view.values[hk])
                     if successor != holder and until > now:
+                        if peeked is not None:
+                            peeked = None
+                            continue
                         return None
                 grant = self._grant_us()
                 epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
@@ -213,8 +226,14 @@ class EtcdStore(Store):
                 ]
                 if await self._ks.commit(view, writes, changes):
                     return Lease(name, holder, epoch, seconds, (grant + ttl_us) / _US)
-                await self._ks.retry_pause(attempt)
+                if peeked is None:
+                    await self._ks.retry_pause(attempt)
+                peeked = None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _acquire_keys(self, name: str) -> list[str]:
+        """What an acquire of ``name`` reads (and what get_lease reads, to serve it)."""
+        return [*self._lease_keys(name), self._key("epoch", name), self._key("handover", name)]
 
     async def renew(self, holder: str, leases: Sequence[Lease]) -> dict[str, Lease | None]:
         """Renew ``leases`` of ``holder``: one request per :data:`RENEW_CHUNK` leases, sent
@@ -310,8 +329,14 @@ class EtcdStore(Store):
     async def get_lease(self, name: str) -> Lease | None:
         check_name("lease name", name)
         lk, xk = self._lease_keys(name)
-        view = await self._ks.read([lk, xk])
-        return self._held(name, view.values.get(lk), view.values.get(xk), self._now_us())
+        view = await self._ks.read(self._acquire_keys(name))
+        held = self._held(name, view.values.get(lk), view.values.get(xk), self._now_us())
+        if held is None:
+            # Kept for an acquire that follows at once (a campaign): one round trip saved.
+            if len(self._peeked) >= PEEKED_MAX:
+                self._peeked.clear()
+            self._peeked[name] = view
+        return held
 
     @staticmethod
     def _held(name: str, ident: bytes | None, exp_raw: bytes | None, now: int) -> Lease | None:
