@@ -106,7 +106,7 @@ def test_root_service_waits_for_its_database(tmp_path: Path) -> None:
             assert not any("CancelledError" in x for x in proc.lines()), proc.out.read_text()
             # Stopped: status says so at once (it showed the root ok with lag 0 before).
             assert service()["state"] == "stopped"
-            shown = status()
+            shown = status("-o", "wide")  # the service column says when it was last seen
             assert "not running: s1" in shown.stdout and "last seen" in shown.stdout, shown.stdout
         finally:
             proc.stop()
