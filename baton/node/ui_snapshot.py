@@ -118,7 +118,7 @@ class Snapshots:
     @staticmethod
     def _group(g: dict[str, Any]) -> dict[str, Any]:
         keep = ("group", "type", "members", "leader", "state", "detail", "transfer")
-        return {**{k: g.get(k) for k in keep}, "term": g.get("term")}
+        return {**{k: g.get(k) for k in keep}, "term": _epoch(g.get("term"))}
 
     def _store_failover(self, now: float) -> dict[str, Any]:
         """This node's store-failover roles: the configuration server's picture and its
@@ -171,7 +171,7 @@ class Snapshots:
             (ctl["id"], ctl["epoch"]["value"]) if ctl else (None, None)
         )
         for g in snapshot["groups"]:
-            leaders[("group", g["group"])] = (g["leader"], g["term"])
+            leaders[("group", g["group"])] = (g["leader"], g["term"] and g["term"]["value"])
         for s in snapshot["sets"]:
             if s.get("error") is None:
                 leaders[("root", s["set"])] = (s["root"], None)

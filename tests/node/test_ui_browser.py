@@ -10,11 +10,13 @@ One browser for the module; a fresh context (so a fresh ``sessionStorage``) per 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +31,8 @@ from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.keys import node_record
 from baton.local.cluster import LocalCluster
+from baton.local.waiting import await_for
+from baton.node.ui_feed import Feed
 from baton.placement.records import create_object, make_object
 from baton.service.reach import probe, report
 from baton.store import open_store
@@ -297,3 +301,37 @@ def test_a_script_name_is_shown_as_text(site: Site, page: Page, dialogs: list[st
     assert page.locator("#nodes-table script").count() == 0
     assert page.evaluate("document.scripts.length") == 1
     assert dialogs == []
+
+
+# -- the shared timer (no browser) ---------------------------------------------------------------
+
+
+def test_one_timer_serves_every_page_and_sends_only_changes() -> None:
+    # In a thread of its own: Playwright's synchronous API runs an event loop in this one
+    # while the module's browser is open.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _one_timer()).result(timeout=30)
+
+
+async def _one_timer() -> None:
+    builds = 0
+    value = {"n": 0}
+
+    async def build() -> dict[str, Any]:
+        nonlocal builds
+        builds += 1
+        return {"at": time.time(), **value}  # ``at`` alone changing is no change
+
+    feed = Feed(build, interval=0.01)
+    pages = [contextlib.aclosing(feed.updates()) for _ in range(2)]
+    async with pages[0] as first, pages[1] as second:
+        assert [(await anext(first))[0], (await anext(second))[0]] == [1, 1]
+        await await_for(lambda: builds >= 20, timeout=10)
+        assert feed.version == 1  # twenty snapshots, none different: nothing sent
+        value["n"] = 1
+        (v1, s1), (v2, s2) = await anext(first), await anext(second)
+        assert v1 == v2 == 2 and s1["n"] == s2["n"] == 1
+    # One build per tick for both pages, and none once the last page went.
+    stopped = builds
+    await asyncio.sleep(0.1)
+    assert builds == stopped and feed.version == 2

@@ -267,7 +267,7 @@ function renderPlacement(s) {
         el("td", { class: "name" }, g.group),
         el("td", {}, g.type),
         el("td", { class: "name" }, g.leader || "—"),
-        el("td", {}, g.term === null || g.term === undefined ? "—" : String(g.term)),
+        el("td", {}, epochText(g.term)),
         el("td", {}, g.members.join(", ")),
         el("td", {}, badge(g.state), g.detail ? el("span", { class: "muted" }, ` ${g.detail}`) : null),
       ),
