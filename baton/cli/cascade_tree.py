@@ -15,6 +15,7 @@ from typing import Any
 
 from baton.cascade import commands, observe
 from baton.cascade.beat import ServiceState
+from baton.cascade.model import Role
 from baton.cascade.verb import Grid
 from baton.cascade.verb_shown import members_grid
 from baton.cli.output import Shown, Table
@@ -39,7 +40,7 @@ def in_tree_order(members: list[observe.Member]) -> Iterator[tuple[str, observe.
             below.setdefault(m.provider, []).append(m)
         else:
             tops.append(m)
-    tops.sort(key=lambda m: (m.role != "root", m.name))
+    tops.sort(key=lambda m: (m.role != Role.ROOT, m.name))
     seen: set[str] = set()
 
     def walk(m: observe.Member, lead: str, branch: str) -> Iterator[tuple[str, observe.Member]]:
