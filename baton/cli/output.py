@@ -7,8 +7,8 @@ document is what ``-o json`` and ``-o yaml`` print, in one shape for every comma
 
 - one document per command (one per snapshot with ``--watch``), JSON on one line;
 - a timestamp is an ISO-8601 UTC string (``2026-11-28T02:55:45.355Z``), ``null`` when not
-  known. A timestamp is a number under a key named ``at``, ``..._at`` or ``..._time`` (the
-  store's and the nodes' clocks in seconds since 1970, as the services keep them);
+  known: a number under one of the keys of :data:`TIMESTAMPS` (the store's and the nodes'
+  clocks in seconds since 1970, as the services keep them);
 - durations are seconds as numbers (``ttl``, ``expires_in``, ``lag_seconds``), epochs integers.
 
 Tables are not wrapped when stdout is not a terminal (see :func:`baton.cli.common.console`).
@@ -131,14 +131,22 @@ def iso(seconds: float | None) -> str | None:
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: The fields that hold a time (seconds since 1970 where baton keeps them): named, not guessed
+#: from a suffix, so that a user's table or sequence named ``..._at`` is never taken for one.
+TIMESTAMPS = frozenset(
+    {"at", "created_at", "expires_at", "granted_at", "started_at", "store_time", "tick_time"}
+)
+
+
 def _is_timestamp(key: str) -> bool:
-    return key == "at" or key.endswith(("_at", "_time"))
+    return key in TIMESTAMPS
 
 
 def document(value: Any, key: str = "") -> Any:
     """``value`` as plain JSON data in the shape every command prints (see the module's
     docstring): dataclasses as objects, enums as their values, paths as strings, timestamps
-    (by their key, ``key`` being the one ``value`` is under) as ISO-8601 UTC strings."""
+    (by their key, ``key`` being the one ``value`` is under) as ISO-8601 UTC strings, dates
+    and times of day in ISO-8601, anything else as its text."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int | float):
@@ -157,7 +165,10 @@ def document(value: Any, key: str = "") -> Any:
         return {str(k): document(v, str(k)) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return [document(v, key) for v in value]
-    raise TypeError(f"{type(value).__name__} is not data a command prints")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    # A value read from a table (a key compare reports: a Decimal, bytes): as its text, exact.
+    return str(value)
 
 
 def dumps(doc: Any, fmt: Format) -> str:
@@ -210,6 +221,7 @@ def _rich_table(item: Table | Grid, headers: bool) -> RichTable:
 
 
 __all__ = [
+    "TIMESTAMPS",
     "Format",
     "Output",
     "Shown",
