@@ -175,8 +175,14 @@ def save(found: Contexts) -> None:
         lines += ["", f"[contexts.{name}]"]
         lines += [f"{k} = {_quoted(v)}" for k, v in found.contexts[name].values().items()]
     text = "\n".join(lines).lstrip("\n") + "\n"
-    found.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config.", dir=found.path.parent)  # mode 0600
+    try:
+        found.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".config.", dir=found.path.parent)  # mode 0600
+    except OSError as exc:
+        raise ConfigError(
+            f"{found.path}: cannot be written ({exc.strerror}): check its folder's permissions, "
+            f"or name another file with {CONFIG_ENV}"
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
