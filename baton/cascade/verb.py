@@ -120,8 +120,6 @@ class Verb(Generic[A, R]):
     show: Callable[[A, R], Sequence[Shown]]
     #: A read: GET with query parameters (else POST with a JSON body).
     read: bool = False
-    #: The command line takes ``--json`` and prints :meth:`result` instead of :attr:`show`.
-    json: bool = False
     #: The JSON result, when it is not the result's fields as they are.
     shape: Callable[[A, R], Any] | None = None
     #: What ``--json`` prints, when it is not :meth:`result` (``missing``: the names alone).

@@ -71,7 +71,7 @@ def _read(
     **more: Any,
 ) -> Verb[Any, Any]:
     """A read: a GET over HTTP, and ``--json`` on the command line."""
-    return Verb(name, help, args, run, show, read=True, json=True, **more)
+    return Verb(name, help, args, run, show, read=True, **more)
 
 
 VERBS: list[Verb[Any, Any]] = [
@@ -179,7 +179,6 @@ VERBS: list[Verb[Any, Any]] = [
         lambda a: commands.fkeys(a.via, a.node),
         lambda a, r: show.found(f"none: no foreign key on {a.node} gets in the way of applying", r),
         read=True,
-        json=True,
     ),
     Verb(
         "triggers",
@@ -190,7 +189,6 @@ VERBS: list[Verb[Any, Any]] = [
             f"none: no trigger of yours fires when {a.node} applies a batch", r
         ),
         read=True,
-        json=True,
     ),
     Verb(
         "execute",
@@ -278,7 +276,6 @@ VERBS: list[Verb[Any, Any]] = [
         a_.Failover,
         lambda a: commands.failover(a.via, a.dead_root, a.accept_loss),
         show.failed_over,
-        json=True,
     ),
     Verb(
         "auto-failover",
@@ -290,7 +287,6 @@ VERBS: list[Verb[Any, Any]] = [
         a_.AutoFailover,
         lambda a: commands.auto_failover(a.via, a.set, a.state is a_.OnOff.ON),
         show.auto_failover,
-        json=True,
     ),
     Verb(
         "sync",
@@ -303,7 +299,6 @@ VERBS: list[Verb[Any, Any]] = [
         a_.Sync,
         lambda a: commands.sync(a.via, a.set, a.k),
         show.sync_set,
-        json=True,
     ),
     Verb(
         "resurrect",
@@ -365,7 +360,6 @@ VERBS: list[Verb[Any, Any]] = [
         a_.Compare,
         lambda a: commands.compare(a.via, a.node, a.tables),
         show.compared,
-        json=True,
         shape=_compared_json,
         fails=lambda r: not r.equal,
     ),
@@ -376,7 +370,6 @@ VERBS: list[Verb[Any, Any]] = [
         a_.Repair,
         lambda a: commands.repair(a.via, a.node, a.table),
         show.repaired,
-        json=True,
     ),
     Verb(
         "resync",
@@ -385,7 +378,6 @@ VERBS: list[Verb[Any, Any]] = [
         a_.Resync,
         lambda a: commands.resync(a.via, a.node, a.table, a.timeout),
         show.resynced,
-        json=True,
     ),
     _read(
         "check",
