@@ -66,6 +66,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 from baton.errors import ConfigError
+from baton.store import etcd_bundles as bundles
 from baton.store import etcd_keyspace as keyspace
 from baton.store.base import (
     Capabilities,
@@ -92,6 +93,7 @@ from baton.store.base import (
     check_ttl,
     make_position,
 )
+from baton.store.etcd_bundles import expiry_value
 from baton.store.etcd_gateway import (
     JSON,
     Gateway,
@@ -101,9 +103,8 @@ from baton.store.etcd_gateway import (
     unb64,
 )
 from baton.store.etcd_keyspace import Keyspace, View, claim_prefix
+from baton.store.etcd_renewal import Renewal
 
-#: Leases per renewal request (each is a nested transaction of one put).
-RENEW_CHUNK: Final = 120
 #: Leases whose expiry one ``expire_due`` transaction logs (four operations each).
 EXPIRE_BATCH: Final = 30
 #: Reads of free leases kept for an acquire that follows (more are dropped, all at once).
@@ -124,6 +125,10 @@ class EtcdStore(Store):
         self.url = self._target.display
         self._ks = Keyspace(f"{self._target.prefix}/{namespace}/", log_limit, self.url)
         self._connect_lock = asyncio.Lock()
+        self._bundles = bundles.Bundles()
+        self._renewal = Renewal(
+            self._ks, self._bundles, self._now_us, self._grant_us, bundles.BUNDLE_MIN
+        )
         #: The last read of free leases by get_lease, by name, for the acquire that follows.
         self._peeked: dict[str, View] = {}
 
@@ -179,6 +184,28 @@ class EtcdStore(Store):
     def _lease_keys(self, name: str) -> tuple[str, str]:
         return self._key("lease", name), self._key("exp", name)
 
+    def _keys_of(self, name: str) -> list[str]:
+        """What judging lease ``name`` reads: holder and epoch, expiry or bundle."""
+        return [self._key("lease", name), self._key("exp", name), self._key("bx", name)]
+
+    def _expiry(self, view: View, name: str) -> tuple[int, int, str | None]:
+        return bundles.expiry(self._ks, view, name)
+
+    def _held_in(self, view: View, name: str, now: int) -> Lease | None:
+        """Lease ``name`` as ``view`` read it, or None when free or expired at ``now``."""
+        ident = view.values.get(self._key("lease", name))
+        exp, ttl_us, _ = self._expiry(view, name)
+        if ident is None or exp <= now:
+            return None
+        holder, epoch = keyspace.identity(ident)
+        return Lease(name, holder, epoch, ttl_us / _US, exp / _US)
+
+    def _left(self, name: str, bid: str | None) -> None:
+        """``name`` left bundle ``bid`` by this store's last commit, which rewrote its key."""
+        if bid is not None:
+            self._bundles.leave(name)
+            self._bundles.wrote(bid, self._ks.committed)
+
     async def acquire(self, name: str, holder: str, ttl: float) -> Lease | None:
         check_name("lease name", name)
         check_name("holder", holder)
@@ -191,11 +218,13 @@ class EtcdStore(Store):
             # serves as this one's, and the commit's compares catch anything written since.
             peeked = self._peeked.pop(name, None)
             for attempt in range(keyspace.MAX_ATTEMPTS):
-                view = peeked or await self._ks.read(self._acquire_keys(name))
+                view = peeked or await bundles.read_resolved(self._ks, self._acquire_keys(name))
                 now = self._now_us()
                 changes: list[JSON] = []
+                writes: list[JSON] = []
+                left: str | None = None
                 if lk in view.values:
-                    exp, _ = keyspace.exp(view.values.get(xk))
+                    exp, _, left = self._expiry(view, name)
                     if exp > now:
                         if peeked is not None:  # maybe stale: only a fresh read may refuse
                             peeked = None
@@ -207,6 +236,9 @@ class EtcdStore(Store):
                     changes.append(
                         keyspace.change(ChangeKind.EXPIRED, name, h=old_holder, e=old_epoch)
                     )
+                    if left is not None:
+                        writes += bundles.unbundle(self._ks, name, left)
+                        writes += bundles.touch(self._ks, view, left)
                 elif hk in view.values:
                     successor, until = keyspace.handover(view.values[hk])
                     if successor != holder and until > now:
@@ -217,14 +249,15 @@ class EtcdStore(Store):
                 grant = self._grant_us()
                 epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
                 changes.append(keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch))
-                writes = [
+                writes += [
                     keyspace.put(lk, f"{holder}\n{epoch}"),
-                    keyspace.put(xk, f"{keyspace.pad(grant + ttl_us)} {ttl_us}"),
+                    keyspace.put(xk, expiry_value(grant + ttl_us, ttl_us)),
                     keyspace.put(ek, str(epoch)),
                     keyspace.delete(hk),
                     keyspace.delete(self._key("lapse", name)),
                 ]
                 if await self._ks.commit(view, writes, changes):
+                    self._left(name, left)
                     return Lease(name, holder, epoch, seconds, (grant + ttl_us) / _US)
                 if peeked is None:
                     await self._ks.retry_pause(attempt)
@@ -233,11 +266,12 @@ class EtcdStore(Store):
 
     def _acquire_keys(self, name: str) -> list[str]:
         """What an acquire of ``name`` reads (and what get_lease reads, to serve it)."""
-        return [*self._lease_keys(name), self._key("epoch", name), self._key("handover", name)]
+        return [*self._keys_of(name), self._key("epoch", name), self._key("handover", name)]
 
     async def renew(self, holder: str, leases: Sequence[Lease]) -> dict[str, Lease | None]:
-        """Renew ``leases`` of ``holder``: one request per :data:`RENEW_CHUNK` leases, sent
-        together, each lease its own nested transaction (see the module docstring)."""
+        """Renew ``leases`` of ``holder``: bundles of this store by one put each, other leases
+        in requests of :data:`~baton.store.etcd_renewal.RENEW_CHUNK`, all sent together (see
+        :mod:`baton.store.etcd_renewal`)."""
         check_name("holder", holder)
         batch = list({lease.name: lease for lease in check_same_holder(holder, leases)}.values())
         for lease in batch:
@@ -245,35 +279,7 @@ class EtcdStore(Store):
             check_ttl(lease.ttl)
         if not batch:
             return {}
-        chunks = [batch[i : i + RENEW_CHUNK] for i in range(0, len(batch), RENEW_CHUNK)]
-        answers = await asyncio.gather(*(self._renew_chunk(holder, c) for c in chunks))
-        return {name: lease for answer in answers for name, lease in answer.items()}
-
-    async def _renew_chunk(self, holder: str, chunk: Sequence[Lease]) -> dict[str, Lease | None]:
-        now, grant = self._now_us(), self._grant_us()
-        nested = []
-        for lease in chunk:
-            lk, xk = self._lease_keys(lease.name)
-            ttl_us = round(lease.ttl * _US)
-            nested.append(
-                {
-                    "request_txn": {
-                        "compare": [
-                            keyspace.value_is(lk, f"{holder}\n{lease.epoch}"),
-                            keyspace.value_above(xk, keyspace.pad(now)),
-                        ],
-                        "success": [keyspace.put(xk, f"{keyspace.pad(grant + ttl_us)} {ttl_us}")],
-                    }
-                }
-            )
-        res = await self._gateway().post("/v3/kv/txn", {"success": nested}, idempotent=True)
-        out: dict[str, Lease | None] = {}
-        answers = res.get("responses", [])
-        for lease, answer in zip(chunk, answers, strict=True):
-            ok = answer.get("response_txn", {}).get("succeeded", False)
-            at = (grant + round(lease.ttl * _US)) / _US
-            out[lease.name] = Lease(lease.name, holder, lease.epoch, lease.ttl, at) if ok else None
-        return out
+        return await self._renewal.renew(holder, batch)
 
     async def release(self, lease: Lease, *, successor: str | None = None) -> bool:
         check_name("lease name", lease.name)
@@ -287,36 +293,72 @@ class EtcdStore(Store):
                 # One round trip when no change was made since this store last looked (the
                 # usual case for a leader letting go): holder, epoch and expiry are compared
                 # inside the transaction instead of read first.
-                now = self._now_us()
-                fences = [
-                    keyspace.value_is(lk, f"{lease.holder}\n{lease.epoch}"),
-                    keyspace.value_above(xk, keyspace.pad(now)),
-                ]
-                writes, change = self._release(lease, successor, now, round(lease.ttl * _US))
-                if await self._ks.commit(known, writes, [change], fences):
+                fast = self._release_in_one_trip(known, lease, successor)
+                bid = self._bundle_id(lease)
+                if fast is not None and await self._ks.commit(known, *fast):
+                    self._left(lease.name, bid)
                     return True
             for attempt in range(keyspace.MAX_ATTEMPTS):
-                view = await self._ks.read([lk, xk])
+                view = await bundles.read_resolved(self._ks, self._keys_of(lease.name))
                 now = self._now_us()
-                exp, ttl_us = keyspace.exp(view.values.get(xk))
+                exp, ttl_us, bid = self._expiry(view, lease.name)
                 if lk not in view.values or exp <= now:
                     return False
                 if keyspace.identity(view.values[lk]) != (lease.holder, lease.epoch):
                     return False
                 writes, change = self._release(lease, successor, now, ttl_us)
+                if bid is None:
+                    writes.append(keyspace.delete(xk))
+                else:
+                    writes += bundles.unbundle(self._ks, lease.name, bid)
+                    writes += bundles.touch(self._ks, view, bid)
                 if await self._ks.commit(view, writes, [change]):
+                    self._left(lease.name, bid)
                     return True
                 await self._ks.retry_pause(attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _bundle_id(self, lease: Lease) -> str | None:
+        bundle = self._bundles.of(lease.name)
+        return bundle.id if bundle is not None else None
+
+    def _release_in_one_trip(
+        self, known: View, lease: Lease, successor: str | None
+    ) -> tuple[list[JSON], list[JSON], list[JSON]] | None:
+        """Writes, changes and compares of a release that reads nothing first: the lease's
+        holder and epoch, and its expiry (its own, or its bundle's when this store bundled
+        it), are compared inside the transaction."""
+        lk, xk = self._lease_keys(lease.name)
+        now = self._now_us()
+        ident = keyspace.value_is(lk, f"{lease.holder}\n{lease.epoch}")
+        bundle = self._bundles.of(lease.name)
+        if bundle is None:
+            writes, change = self._release(lease, successor, now, round(lease.ttl * _US))
+            compares = [ident, keyspace.value_above(xk, keyspace.pad(now))]
+            return [*writes, keyspace.delete(xk)], [change], compares
+        if bundle.members.get(lease.name) != lease.epoch or not bundle.value:
+            return None
+        bx, key = self._key("bx", lease.name), self._key("bnd", bundle.id)
+        writes, change = self._release(lease, successor, now, bundle.ttl_us)
+        writes += [
+            keyspace.delete(bx),
+            keyspace.delete(self._key("bm", bundle.id, lease.name)),
+            keyspace.put(key, bundle.value),
+        ]
+        compares = [
+            ident,
+            keyspace.value_is(bx, bundle.id),
+            keyspace.mod_is(key, bundle.mod),
+            keyspace.value_above(key, keyspace.pad(now)),
+        ]
+        return writes, [change], compares
+
     def _release(
         self, lease: Lease, successor: str | None, now: int, ttl_us: int
     ) -> tuple[list[JSON], JSON]:
-        """The writes and the change of releasing ``lease`` at ``now``."""
-        lk, xk = self._lease_keys(lease.name)
+        """The writes (but those of its expiry) and the change of releasing ``lease``."""
         writes = [
-            keyspace.delete(lk),
-            keyspace.delete(xk),
+            keyspace.delete(self._key("lease", lease.name)),
             keyspace.put(self._key("lapse", lease.name), f"{now} {ttl_us}"),
         ]
         extra: dict[str, Any] = {"h": lease.holder, "e": lease.epoch}
@@ -328,9 +370,8 @@ class EtcdStore(Store):
 
     async def get_lease(self, name: str) -> Lease | None:
         check_name("lease name", name)
-        lk, xk = self._lease_keys(name)
-        view = await self._ks.read(self._acquire_keys(name))
-        held = self._held(name, view.values.get(lk), view.values.get(xk), self._now_us())
+        view = await bundles.read_resolved(self._ks, self._acquire_keys(name))
+        held = self._held_in(view, name, self._now_us())
         if held is None:
             # Kept for an acquire that follows at once (a campaign): one round trip saved.
             if len(self._peeked) >= PEEKED_MAX:
@@ -338,38 +379,32 @@ class EtcdStore(Store):
             self._peeked[name] = view
         return held
 
-    @staticmethod
-    def _held(name: str, ident: bytes | None, exp_raw: bytes | None, now: int) -> Lease | None:
-        if ident is None or exp_raw is None:
-            return None
-        exp, ttl_us = keyspace.exp(exp_raw)
-        if exp <= now:
-            return None
-        holder, epoch = keyspace.identity(ident)
-        return Lease(name, holder, epoch, ttl_us / _US, exp / _US)
-
     async def list_leases(self, prefix: str = "") -> list[Lease]:
-        lp, xp = self._lease_keys(prefix)
-        view = await self._ks.read(ranges=[keyspace.key_range(lp), keyspace.key_range(xp)])
+        kinds = ("lease", "exp", "bx")
+        ranges = [keyspace.key_range(self._key(kind, prefix)) for kind in kinds]
+        ranges.append(keyspace.key_range(self._key("bnd", "")))
+        view = await self._ks.read(ranges=ranges)
+        for found in view.ranges:
+            view.values.update(found)
         now = self._now_us()
-        idents = {k[len(self._key("lease", "")) :]: v for k, v in view.ranges[0]}
-        exps = {k[len(self._key("exp", "")) :]: v for k, v in view.ranges[1]}
-        held = (self._held(n, idents[n], exps.get(n), now) for n in sorted(idents))
+        base = self._key("lease", "")
+        names = sorted(k[len(base) :] for k, _ in view.ranges[0])
+        held = (self._held_in(view, name, now) for name in names)
         return [lease for lease in held if lease is not None]
 
     async def lapses(self, names: Sequence[str]) -> dict[str, Lapse]:
         wanted = check_names("lease name", names)
         out: dict[str, Lapse] = {}
-        step = keyspace.READ_CHUNK // 3 - 1
+        # Four keys a name, and room for the bundles they name.
+        step = keyspace.READ_CHUNK // 5 - 1
         for i in range(0, len(wanted), step):
             chunk = wanted[i : i + step]
-            keys = [k for n in chunk for k in (*self._lease_keys(n), self._key("lapse", n))]
-            view = await self._ks.read(keys)
+            keys = [k for n in chunk for k in (*self._keys_of(n), self._key("lapse", n))]
+            view = await bundles.read_resolved(self._ks, keys)
             now = self._now_us()
             for name in chunk:
-                lk, xk = self._lease_keys(name)
-                if lk in view.values:
-                    exp, ttl_us = keyspace.exp(view.values.get(xk))
+                if self._key("lease", name) in view.values:
+                    exp, ttl_us, _ = self._expiry(view, name)
                     if exp <= now:  # an expiry nobody logged yet is a lapse already
                         out[name] = Lapse(name, exp / _US, ttl_us / _US)
                     continue
@@ -380,53 +415,87 @@ class EtcdStore(Store):
         return out
 
     async def expire_due(self) -> float | None:
-        xp = self._key("exp", "")
-        sorted_exps = {**keyspace.key_range(xp), "sort_order": "ASCEND", "sort_target": "VALUE"}
-        soonest = await self._gateway().post(
-            "/v3/kv/range", {**sorted_exps, "limit": EXPIRE_BATCH + 1}, idempotent=True
+        """Log the expiry of the leases due soonest: up to :data:`EXPIRE_BATCH` leases with an
+        expiry of their own, or members of the bundle due soonest, whichever is due first."""
+        xp, bp = self._key("exp", ""), self._key("bnd", "")
+        by_value = {"sort_order": "ASCEND", "sort_target": "VALUE"}
+        view = await self._ks.read(
+            ranges=[
+                {**keyspace.key_range(xp), **by_value, "limit": EXPIRE_BATCH + 1},
+                {**keyspace.key_range(bp), **by_value, "limit": 1},
+            ]
         )
         now = self._now_us()
-        due: list[str] = []
-        for kv in soonest.get("kvs", []):
-            exp, _ = keyspace.exp(unb64(kv.get("value")))
-            if exp > now:
-                return (exp - now) / _US if not due else 0.0
-            due.append(unb64(kv["key"]).decode()[len(xp) :])
-        if not due:
-            return None
-        await self._expire(due[:EXPIRE_BATCH])
-        return 0.0
+        soonest = [(keyspace.exp(v)[0], k[len(xp) :]) for k, v in view.ranges[0]]
+        due = [name for exp, name in soonest if exp <= now]
+        bundle = [(keyspace.exp(v)[0], k[len(bp) :]) for k, v in view.ranges[1]]
+        if bundle and bundle[0][0] <= now and (not due or bundle[0][0] <= soonest[0][0]):
+            await self._expire_bundle(bundle[0][1])
+            return 0.0
+        if due:
+            await self._expire(due[:EXPIRE_BATCH])
+            return 0.0
+        nexts = [exp for exp, _ in soonest[:1] + bundle]
+        return (min(nexts) - now) / _US if nexts else None
 
     async def _expire(self, names: Sequence[str]) -> None:
         """Log the expiry of ``names`` (those still past it when read), oldest first."""
         async with self._ks.writing:
-            await self._expire_locked(names)
+            keys = [k for n in names for k in self._keys_of(n)]
+            await self._log_expired(await bundles.read_resolved(self._ks, keys), names)
 
-    async def _expire_locked(self, names: Sequence[str]) -> None:
-        keys = [k for n in names for k in self._lease_keys(n)]
-        view = await self._ks.read(keys)
+    async def _expire_bundle(self, bid: str) -> None:
+        """Log the expiry of members of bundle ``bid`` (up to :data:`EXPIRE_BATCH`); delete the
+        bundle once it has none left."""
+        key, members = self._key("bnd", bid), self._key("bm", bid, "")
+        async with self._ks.writing:
+            listed = await self._ks.read(
+                [key], [{**keyspace.key_range(members), "limit": EXPIRE_BATCH, "keys_only": True}]
+            )
+            names = [k[len(members) :] for k, _ in listed.ranges[0]]
+            if not names:
+                if key in listed.values:
+                    await self._ks.commit(listed, [keyspace.delete(key)])
+                return
+            keys = [k for n in names for k in (*self._keys_of(n), self._key("bm", bid, n))]
+            view = await bundles.read_resolved(self._ks, [key, *keys])
+            # An index entry of a lease no longer in the bundle is dropped with the others.
+            stray = [
+                keyspace.delete(self._key("bm", bid, n))
+                for n in names
+                if view.values.get(self._key("bx", n)) != bid.encode()
+            ]
+            await self._log_expired(view, names, stray)
+
+    async def _log_expired(
+        self, view: View, names: Sequence[str], extra: Sequence[JSON] = ()
+    ) -> None:
         now = self._now_us()
-        gone: list[tuple[int, str, int]] = []
+        gone: list[tuple[int, str, int, str | None]] = []
         for name in names:
-            lk, xk = self._lease_keys(name)
-            exp, ttl_us = keyspace.exp(view.values.get(xk))
-            if lk in view.values and exp <= now:
-                gone.append((exp, name, ttl_us))
-        writes: list[JSON] = []
+            exp, ttl_us, bid = self._expiry(view, name)
+            if self._key("lease", name) in view.values and exp <= now:
+                gone.append((exp, name, ttl_us, bid))
+        writes: list[JSON] = list(extra)
         changes: list[JSON] = []
-        for exp, name, ttl_us in sorted(gone):
-            lk, xk = self._lease_keys(name)
-            holder, epoch = keyspace.identity(view.values[lk])
+        for bid in sorted({g[3] for g in gone if g[3] is not None}):
+            writes += bundles.touch(self._ks, view, bid)
+        for exp, name, ttl_us, bid in sorted(gone, key=lambda g: (g[0], g[1])):
+            holder, epoch = keyspace.identity(view.values[self._key("lease", name)])
             writes += [
-                keyspace.delete(lk),
-                keyspace.delete(xk),
+                keyspace.delete(self._key("lease", name)),
                 keyspace.put(self._key("lapse", name), f"{exp} {ttl_us}"),
             ]
+            if bid is None:
+                writes.append(keyspace.delete(self._key("exp", name)))
+            else:
+                writes += bundles.unbundle(self._ks, name, bid)
             changes.append(keyspace.change(ChangeKind.EXPIRED, name, h=holder, e=epoch))
         # Lost to a concurrent writer (a renewal, or another watcher logging the same expiry):
         # the caller's next look sees the outcome.
-        if changes:
-            await self._ks.commit(view, writes, changes)
+        if writes and await self._ks.commit(view, writes, changes):
+            for _, name, _, bid in gone:
+                self._left(name, bid)
 
     async def next_epochs(self, floors: Mapping[str, int]) -> dict[str, int]:
         wanted = check_floors(floors)
@@ -473,7 +542,7 @@ class EtcdStore(Store):
             elif isinstance(cond, LeaseHeld):
                 check_name("lease name", cond.name)
                 check_name("holder", cond.holder)
-                keys += self._lease_keys(cond.name)
+                keys += self._keys_of(cond.name)
             else:
                 raise ConfigError(f"unknown transaction condition {cond!r}")
         for op in ops:
@@ -485,7 +554,7 @@ class EtcdStore(Store):
             if fast is not None:
                 return fast
             for attempt in range(keyspace.MAX_ATTEMPTS):
-                view = await self._ks.read(keys)
+                view = await bundles.read_resolved(self._ks, keys)
                 failed = tuple(c for c in conditions if not self._holds(c, view))
                 if failed:
                     return TxnResult(ok=False, revision=None, failed=failed)
@@ -495,7 +564,7 @@ class EtcdStore(Store):
                 # The fence, once more inside the write: its expiry still ahead of the clock.
                 now = keyspace.pad(self._now_us())
                 fences = [
-                    keyspace.value_above(self._key("exp", c.name), now)
+                    keyspace.value_above(self._expiry_key(view, c.name), now)
                     for c in conditions
                     if isinstance(c, LeaseHeld)
                 ]
@@ -521,6 +590,12 @@ class EtcdStore(Store):
             assert isinstance(cond, LeaseHeld)
             lk, xk = self._lease_keys(cond.name)
             fences.append(keyspace.value_is(lk, f"{cond.holder}\n{cond.epoch}"))
+            bundle = self._bundles.of(cond.name)
+            if bundle is not None:
+                # A lease this store bundled: its bundle's expiry (a VALUE compare of the
+                # missing exp/ key would fail, and send every such write the long way).
+                fences.append(keyspace.value_is(self._key("bx", cond.name), bundle.id))
+                xk = self._key("bnd", bundle.id)
             fences.append(keyspace.value_above(xk, now))
         writes, changes, rev = self._ks.record_writes(ops, {}, known.rev)
         if await self._ks.commit(known, writes, changes, fences):
@@ -531,9 +606,13 @@ class EtcdStore(Store):
         if isinstance(cond, VersionIs):
             raw = view.values.get(self._key("rec", cond.key))
             return (int(raw[:20]) if raw is not None else 0) == cond.version
-        lk, xk = self._lease_keys(cond.name)
-        held = self._held(cond.name, view.values.get(lk), view.values.get(xk), self._now_us())
+        held = self._held_in(view, cond.name, self._now_us())
         return held is not None and (held.holder, held.epoch) == (cond.holder, cond.epoch)
+
+    def _expiry_key(self, view: View, name: str) -> str:
+        """The key that holds lease ``name``'s expiry in ``view``: its own, or its bundle's."""
+        _, _, bid = self._expiry(view, name)
+        return self._key("exp", name) if bid is None else self._key("bnd", bid)
 
     # -- change feed ---------------------------------------------------------------------------
 

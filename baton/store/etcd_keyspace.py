@@ -22,6 +22,9 @@ Keys under ``<prefix>/<namespace>/``:
 ``counter/<name>``     the last epoch of an epoch counter; never deleted
 ``lapse/<name>``       ``<at us> <ttl us>`` of a lease that stopped being held
 ``handover/<name>``    ``successor\\nuntil us`` of a lease released to a named successor
+``bx/<name>``          the bundle of a bundled lease, in place of its ``exp/<name>``
+``bnd/<id>``           a bundle's expiry, as ``exp/<name>`` (:mod:`baton.store.etcd_bundles`)
+``bm/<id>/<name>``     empty: ``name`` is a member of bundle ``id``
 ``rec/<key>``          a record: its version, 20 digits, then the value's bytes
 =====================  ======================================================================
 """
@@ -76,6 +79,8 @@ class Keyspace:
         #: against 140 in turn). Other clients still race, and the compares keep that safe.
         self.writing = asyncio.Lock()
         self._known: View | None = None
+        #: The etcd revision of this store's last successful commit.
+        self.committed = 0
 
     def known(self) -> View | None:
         """The revision counter and incarnation as this store last saw them (``mods`` of those
@@ -175,7 +180,7 @@ class Keyspace:
         if not res.get("succeeded"):
             self._known = None
             return False
-        committed = int(res.get("header", {}).get("revision", 0))
+        committed = self.committed = int(res.get("header", {}).get("revision", 0))
         inc_key = self.key("inc")
         rev_mod = committed if changes else view.mods.get(counter, 0)
         inc_mod = view.mods.get(inc_key, 0) if view.inc is not None else committed
