@@ -93,7 +93,7 @@ from baton.store.base import (
     check_ttl,
     make_position,
 )
-from baton.store.etcd_bundles import expiry_value
+from baton.store.etcd_acquire import Acquisition
 from baton.store.etcd_gateway import (
     JSON,
     Gateway,
@@ -107,8 +107,6 @@ from baton.store.etcd_renewal import Renewal
 
 #: Leases whose expiry one ``expire_due`` transaction logs (four operations each).
 EXPIRE_BATCH: Final = 30
-#: Reads of free leases kept for an acquire that follows (more are dropped, all at once).
-PEEKED_MAX: Final = 256
 
 _US = 1_000_000
 
@@ -129,8 +127,7 @@ class EtcdStore(Store):
         self._renewal = Renewal(
             self._ks, self._bundles, self._now_us, self._grant_us, bundles.BUNDLE_MIN
         )
-        #: The last read of free leases by get_lease, by name, for the acquire that follows.
-        self._peeked: dict[str, View] = {}
+        self._acquisition = Acquisition(self._ks, self._bundles, self._now_us, self._grant_us)
 
     def _key(self, *parts: str) -> str:
         return self._ks.key(*parts)
@@ -201,72 +198,13 @@ class EtcdStore(Store):
         return Lease(name, holder, epoch, ttl_us / _US, exp / _US)
 
     def _left(self, name: str, bid: str | None) -> None:
-        """``name`` left bundle ``bid`` by this store's last commit, which rewrote its key."""
-        if bid is not None:
-            self._bundles.leave(name)
-            self._bundles.wrote(bid, self._ks.committed)
+        self._acquisition.left(name, bid)
 
     async def acquire(self, name: str, holder: str, ttl: float) -> Lease | None:
+        """See :mod:`baton.store.etcd_acquire`."""
         check_name("lease name", name)
         check_name("holder", holder)
-        seconds = check_ttl(ttl)
-        ttl_us = round(seconds * _US)
-        lk, xk = self._lease_keys(name)
-        ek, hk = self._key("epoch", name), self._key("handover", name)
-        async with self._ks.writing:
-            # A follower looks at the lease (get_lease) right before it campaigns: that read
-            # serves as this one's, and the commit's compares catch anything written since.
-            peeked = self._peeked.pop(name, None)
-            for attempt in range(keyspace.MAX_ATTEMPTS):
-                view = peeked or await bundles.read_resolved(self._ks, self._acquire_keys(name))
-                now = self._now_us()
-                changes: list[JSON] = []
-                writes: list[JSON] = []
-                left: str | None = None
-                if lk in view.values:
-                    exp, _, left = self._expiry(view, name)
-                    if exp > now:
-                        if peeked is not None:  # maybe stale: only a fresh read may refuse
-                            peeked = None
-                            continue
-                        return None
-                    # Expired by the store clock but not logged yet: log it first, so the feed
-                    # reads "expired" before "acquired".
-                    old_holder, old_epoch = keyspace.identity(view.values[lk])
-                    changes.append(
-                        keyspace.change(ChangeKind.EXPIRED, name, h=old_holder, e=old_epoch)
-                    )
-                    if left is not None:
-                        writes += bundles.unbundle(self._ks, name, left)
-                        writes += bundles.touch(self._ks, view, left)
-                elif hk in view.values:
-                    successor, until = keyspace.handover(view.values[hk])
-                    if successor != holder and until > now:
-                        if peeked is not None:
-                            peeked = None
-                            continue
-                        return None
-                grant = self._grant_us()
-                epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
-                changes.append(keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch))
-                writes += [
-                    keyspace.put(lk, f"{holder}\n{epoch}"),
-                    keyspace.put(xk, expiry_value(grant + ttl_us, ttl_us)),
-                    keyspace.put(ek, str(epoch)),
-                    keyspace.delete(hk),
-                    keyspace.delete(self._key("lapse", name)),
-                ]
-                if await self._ks.commit(view, writes, changes):
-                    self._left(name, left)
-                    return Lease(name, holder, epoch, seconds, (grant + ttl_us) / _US)
-                if peeked is None:
-                    await self._ks.retry_pause(attempt)
-                peeked = None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _acquire_keys(self, name: str) -> list[str]:
-        """What an acquire of ``name`` reads (and what get_lease reads, to serve it)."""
-        return [*self._keys_of(name), self._key("epoch", name), self._key("handover", name)]
+        return await self._acquisition.acquire(name, holder, check_ttl(ttl))
 
     async def renew(self, holder: str, leases: Sequence[Lease]) -> dict[str, Lease | None]:
         """Renew ``leases`` of ``holder``: bundles of this store by one put each, other leases
@@ -370,13 +308,11 @@ class EtcdStore(Store):
 
     async def get_lease(self, name: str) -> Lease | None:
         check_name("lease name", name)
-        view = await bundles.read_resolved(self._ks, self._acquire_keys(name))
+        view = await bundles.read_resolved(self._ks, self._acquisition.keys(name))
         held = self._held_in(view, name, self._now_us())
         if held is None:
             # Kept for an acquire that follows at once (a campaign): one round trip saved.
-            if len(self._peeked) >= PEEKED_MAX:
-                self._peeked.clear()
-            self._peeked[name] = view
+            self._acquisition.peeked(name, view)
         return held
 
     async def list_leases(self, prefix: str = "") -> list[Lease]:

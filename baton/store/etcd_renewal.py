@@ -19,7 +19,7 @@ failures).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from baton.store import etcd_bundles as bundles
@@ -35,6 +35,8 @@ from baton.store.etcd_keyspace import Keyspace
 RENEW_CHUNK: Final = 120
 #: Leases re-checked per read (three keys each, and their bundles' keys).
 RECHECK_CHUNK: Final = 25
+#: Renewal requests of one store in flight at once (a renewal of 100,000 leases sends 834).
+IN_FLIGHT: Final = 8
 
 _US = 1_000_000
 
@@ -56,12 +58,18 @@ class Renewal:
         self.now_us = now_us
         self.grant_us = grant_us
         self.bundle_min = bundle_min
+        #: Moves into a new bundle under way (see :meth:`renew`).
+        self._moving: set[asyncio.Future[dict[str, Lease | None]]] = set()
+        #: Requests in flight: more only queue up at the server and time out there.
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     def _ident(self, holder: str, epoch: int) -> str:
         return f"{holder}\n{epoch}"
 
     async def renew(self, holder: str, batch: Sequence[Lease]) -> dict[str, Lease | None]:
         """Renew ``batch`` (leases of ``holder``, one per name); see the module docstring."""
+        if self._moving:
+            await asyncio.wait(list(self._moving))
         now, grant = self.now_us(), self.grant_us()
         wanted = {x.name: (x.epoch, round(x.ttl * _US)) for x in batch}
         whole = self.owned.whole(holder, wanted)
@@ -70,13 +78,19 @@ class Renewal:
         for lease in batch:
             if lease.name not in covered:
                 by_ttl.setdefault(round(lease.ttl * _US), []).append(lease)
-        jobs = []
+        jobs: list[Awaitable[dict[str, Lease | None]]] = []
         if whole:
             jobs.append(self._renew_whole(holder, whole, now, grant))
         for ttl_us, group in by_ttl.items():
             chunks = [group[i : i + RENEW_CHUNK] for i in range(0, len(group), RENEW_CHUNK)]
             if len(group) >= self.bundle_min:
-                jobs.append(self._bundle_up(holder, chunks, ttl_us, now, grant))
+                # Moving thousands of leases takes seconds: a caller that gives up meanwhile
+                # (its timeout) must not leave this store unsure of what moved, so the move
+                # finishes on its own, and the next renewal waits for it.
+                moving = asyncio.ensure_future(self._bundle_up(holder, chunks, ttl_us, now, grant))
+                self._moving.add(moving)
+                moving.add_done_callback(self._moving.discard)
+                jobs.append(asyncio.shield(moving))
             else:
                 jobs += [self._renew_each(holder, chunk, now, grant) for chunk in chunks]
         out: dict[str, Lease | None] = {}
@@ -91,7 +105,9 @@ class Renewal:
         return Lease(lease.name, holder, lease.epoch, lease.ttl, expires_us / _US)
 
     async def _post(self, success: list[JSON], *, idempotent: bool) -> tuple[list[JSON], int]:
-        res = await self.ks.gw().post("/v3/kv/txn", {"success": success}, idempotent=idempotent)
+        async with self._in_flight:
+            body = {"success": success}
+            res = await self.ks.gw().post("/v3/kv/txn", body, idempotent=idempotent)
         revision = int(res.get("header", {}).get("revision", 0))
         answers: list[JSON] = res.get("responses", [])
         return answers, revision
@@ -252,4 +268,4 @@ class Renewal:
         return out
 
 
-__all__ = ["RECHECK_CHUNK", "RENEW_CHUNK", "Renewal"]
+__all__ = ["IN_FLIGHT", "RECHECK_CHUNK", "RENEW_CHUNK", "Renewal"]

@@ -18,7 +18,7 @@ import pytest
 
 from baton.errors import ConfigError, StoreUnavailable
 from baton.local.cluster import LocalCluster
-from baton.store import open_store
+from baton.store import ChangeKind, open_store
 from baton.store.etcd_gateway import b64, check_version, prefix_end, unb64
 from baton.testing import free_port
 from baton.testing.servers import EtcdServer
@@ -176,3 +176,27 @@ async def test_one_trip_writes_fall_back_when_another_client_wrote(etcd_server: 
     ]  # fmt: skip
     first = got[0].revision
     assert [c.revision for c in got] == list(range(first, first + 5))
+
+
+async def test_acquires_that_wait_together_commit_together(etcd_server: EtcdServer) -> None:
+    """Acquires queued behind one another are committed a group at a time: every one gets its
+    answer (held ones refused), and the feed numbers their changes one after another."""
+    url = f"{etcd_server.store_url}?namespace=grp{uuid.uuid4().hex[:8]}"
+    async with open_store(url) as a, open_store(url) as b:
+        taken = await b.acquire("g07", "other", 30)
+        assert taken is not None
+        start = await a.head()
+        names = [f"g{i:02d}" for i in range(40)]
+        got = await asyncio.gather(*(a.acquire(n, "me", 30) for n in names))
+        assert [n for n, lease in zip(names, got, strict=True) if lease is None] == ["g07"]
+        assert all(lease.holder == "me" for lease in got if lease is not None)
+        feed = a.watch("g", since=start)
+        changes = [await asyncio.wait_for(anext(feed), 10) for _ in range(39)]
+        await feed.aclose()
+    assert sorted(c.key for c in changes) == sorted(set(names) - {"g07"})
+    assert all(c.kind is ChangeKind.ACQUIRED for c in changes)
+    assert [c.revision for c in changes] == list(
+        range(changes[0].revision, changes[0].revision + 39)
+    )
+    held = {lease.name: lease.epoch for lease in got if lease is not None}
+    assert {c.key: c.epoch for c in changes} == held
