@@ -40,14 +40,22 @@ written in the same etcd transaction as the change it records.
 recreated) starts a new incarnation; the clock term keeps epochs above every earlier one as long
 as the restore takes longer than the clock's uncertainty (milliseconds).
 
-*Renewal* of many leases is one request per 120 leases (etcd's default ``--max-txn-ops`` is 128,
-and a nested transaction's operations count against its parent's budget), all sent at once:
-each lease is a nested transaction that compares its holder and epoch and that its expiry is
-still ahead of the clock, so one lost lease does not fail the others.
+*Renewal* of many leases sends its requests together, at most 8 in flight: a renewal of 64 or
+more leases of one holder and ttl moves them into a *bundle*, whose one key holds their common
+expiry, and the next renewal of the same leases is a single put of that key, compared on its
+revision and expiry (:mod:`baton.store.etcd_bundles`, :mod:`baton.store.etcd_renewal`); fewer
+leases are renewed each on its own key, 120 to a request, each a nested transaction comparing its
+holder, epoch and expiry, so that one lost lease does not fail the others. A member's expiry is
+its bundle's, in every read, fence and expiry below.
+
+*Acquires* that queue behind another write of the same store commit a group at a time, and an
+acquire right after ``get_lease`` found the lease free uses that read
+(:mod:`baton.store.etcd_acquire`).
 
 *Fenced writes.* :class:`~baton.store.base.LeaseHeld` is checked when read and again inside the
-writing transaction (holder and epoch unchanged, expiry still ahead of the clock as the request
-leaves): a write can only land while the lease is held, up to one network latency.
+writing transaction (holder and epoch unchanged, expiry, its own or its bundle's, still ahead of
+the clock as the request leaves): a write can only land while the lease is held, up to one
+network latency.
 
 *The change feed* reads the log keys; watchers are woken by an etcd watch on the counter key, so
 they learn of a change within a round trip. The log keeps about ``log_limit`` changes: older
@@ -395,12 +403,16 @@ class EtcdStore(Store):
                 return
             keys = [k for n in names for k in (*self._keys_of(n), self._key("bm", bid, n))]
             view = await bundles.read_resolved(self._ks, [key, *keys])
-            # An index entry of a lease no longer in the bundle is dropped with the others.
-            stray = [
-                keyspace.delete(self._key("bm", bid, n))
-                for n in names
-                if view.values.get(self._key("bx", n)) != bid.encode()
-            ]
+            # An index entry of a lease no longer in the bundle (or no longer held at all) is
+            # dropped with the others, so that a due bundle always makes progress.
+            stray: list[JSON] = []
+            for n in names:
+                if self._key("lease", n) not in view.values:
+                    stray.append(keyspace.delete(self._key("bm", bid, n)))
+                    if view.values.get(self._key("bx", n)) == bid.encode():
+                        stray.append(keyspace.delete(self._key("bx", n)))
+                elif view.values.get(self._key("bx", n)) != bid.encode():
+                    stray.append(keyspace.delete(self._key("bm", bid, n)))
             await self._log_expired(view, names, stray)
 
     async def _log_expired(
