@@ -588,7 +588,7 @@ def summary_section(res: Results) -> list[str]:
         line = f"- **Renewal**: same round trips at every N: {_mark(same)}"
         if big:
             ok = all(r.median < RENEW_100K_TARGET for r in big)
-            line += f"; 100k leases renewed in < 1 s on Redis and PostgreSQL: {_mark(ok)} ("
+            line += f"; 100k leases renewed in < 1 s on the networked stores: {_mark(ok)} ("
             line += ", ".join(parts) + ")"
         out.append(line + ".")
     if res.takeover:
