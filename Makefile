@@ -20,7 +20,7 @@ lint: setup
 # The whole suite. (`pytest -m "not long"` leaves out the eight black-box runs of a minute or
 # more, for a quicker loop while working; make test and CI always run everything.)
 test: lint
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 
 bench: setup
 	@BATON_BENCH=1 ./scripts/setup.sh

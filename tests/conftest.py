@@ -6,6 +6,7 @@ fresh namespace per test. etcd is the fourth backend of the conformance suite on
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,34 @@ BACKENDS = ("sqlite", "redis", "postgres")
 # Every Spark driver the tests start (in this process or in the nodes' processes, which inherit
 # the environment) starts from the venv's class archive when `make setup` built one.
 os.environ.setdefault(ENV_ARCHIVE, str(Path(sys.prefix) / "spark-classes.jsa"))
+
+
+#: A test module that starts a Spark JVM in a process of its own (``baton cascade run``, an
+#: agent serving ``cascade-worker`` objects, the fault campaign, a standalone or Connect
+#: cluster, the quickstart and the docs' snippets), or network namespaces shared by name.
+_JVM_MODULE = re.compile(
+    r'"cascade",\s*"run"|cascade run|cascade-worker|CASCADE_SET|baton\.chaos|Network\('
+    r"|StandaloneCluster|ConnectServer|quickstart|demo|doc_snippets"
+)
+#: The group of `make test`'s first worker: see :func:`pytest_collection_modifyitems`.
+JVM_LANE = "jvm"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), every test that starts
+    a Spark JVM, in this process (the ``spark`` fixture) or in one it starts, runs in one group,
+    so on one worker, one after another: the machine runs one Spark JVM at a time, as its
+    memory and two cores are sized for. The other worker runs everything else meanwhile (the
+    multi-process tests spend most of their time waiting on leases and processes)."""
+    if not config.pluginmanager.hasplugin("xdist") or not config.getoption("numprocesses", None):
+        return
+    heavy: dict[Path, bool] = {}
+    for item in items:
+        path = item.path
+        if path not in heavy:
+            heavy[path] = bool(_JVM_MODULE.search(path.read_text()))
+        if heavy[path] or "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(JVM_LANE))
 
 
 @pytest.fixture(scope="session")

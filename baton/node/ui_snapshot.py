@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from baton.cascade.model import Role
 from baton.epochs import epoch_text, granted_at
 from baton.errors import BatonError
 from baton.logs import describe
@@ -150,7 +151,7 @@ class Snapshots:
     def _record_lag(self, sets: list[dict[str, Any]], now: float) -> None:
         for s in sets:
             for m in s.get("members", []):
-                if m["role"] == "root":
+                if m["role"] == Role.ROOT:
                     continue
                 key = f"{s['set']}/{m['name']}"
                 points = self.lag.setdefault(key, deque())
