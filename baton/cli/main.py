@@ -382,15 +382,22 @@ def lease_list(store_url: str | None, prefix: str, out: Output) -> None:
     help="Where the cascade part's Spark runs: local[4], or a standalone cluster (a master and "
     "two workers) started for the demo.",
 )
-def demo(nodes: int, ttl: float, spark: str) -> None:
+@click.option(
+    "--keep/--no-keep",
+    default=None,
+    help="Keep the dashboard's node up at the end until Enter (or Ctrl-C). Default: when "
+    "stdin is a terminal (or BATON_DEMO_KEEP=1).",
+)
+def demo(nodes: int, ttl: float, spark: str, keep: bool | None) -> None:
     """Run the demonstration on the embedded default (SQLite): elect, kill, take over; then
-    a node cluster, a live channel, placement, a cascade on Spark and a Redis store failover."""
+    a node cluster, a live channel, placement, a cascade on Spark and a Redis store failover;
+    at the end, the web dashboard's address."""
     from baton.demo import run_demo
 
     if nodes < 2:
         raise click.UsageError("--nodes must be at least 2 to show a takeover")
     started = time.monotonic()
-    ok = run_demo(nodes=nodes, ttl=ttl, spark=spark)
+    ok = run_demo(nodes=nodes, ttl=ttl, spark=spark, keep=keep)
     click.echo(f"demo {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s")
     sys.exit(0 if ok else 1)
 
