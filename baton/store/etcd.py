@@ -57,10 +57,13 @@ writing transaction (holder and epoch unchanged, expiry, its own or its bundle's
 the clock as the request leaves): a write can only land while the lease is held, up to one
 network latency.
 
-*The change feed* reads the log keys; watchers are woken by an etcd watch on the counter key, so
-they learn of a change within a round trip. The log keeps about ``log_limit`` changes: older
-positions raise :class:`~baton.errors.FeedCompacted`, as do positions of another incarnation and
-positions ahead of the counter (a cluster that went back in time).
+*The change feed* reads the log keys; every watcher watches them through etcd, which sends each
+new entry with its value, so a watcher woken by a change takes it from the watch without asking
+(:mod:`baton.store.etcd_tail` says when that is safe; otherwise it reads), and looks for due
+expiries again only after an acquisition or once the soonest expiry it saw is due. The log keeps
+about ``log_limit`` changes: older positions raise :class:`~baton.errors.FeedCompacted`, as do
+positions of another incarnation and positions ahead of the counter (a cluster that went back in
+time).
 
 The keys under ``<prefix>/<namespace>/`` are listed in :mod:`baton.store.etcd_keyspace`.
 """
@@ -108,6 +111,7 @@ from baton.store.etcd_gateway import (
     KeyWatch,
     b64,
     parse_url,
+    prefix_end,
     unb64,
 )
 from baton.store.etcd_keyspace import Keyspace, View, claim_prefix
@@ -115,6 +119,9 @@ from baton.store.etcd_renewal import Renewal
 
 #: Leases whose expiry one ``expire_due`` transaction logs (four operations each).
 EXPIRE_BATCH: Final = 30
+
+#: now() asks the member when its last answer is older than this (seconds).
+FRESH_CLOCK: Final = 0.5
 
 _US = 1_000_000
 
@@ -132,6 +139,8 @@ class EtcdStore(Store):
         self._ks = Keyspace(f"{self._target.prefix}/{namespace}/", log_limit, self.url)
         self._connect_lock = asyncio.Lock()
         self._bundles = bundles.Bundles()
+        #: (incarnation, revision, soonest expiry in us or None) of expire_due's last look.
+        self._soonest: tuple[str, int, int | None] | None = None
         self._renewal = Renewal(
             self._ks, self._bundles, self._now_us, self._grant_us, bundles.BUNDLE_MIN
         )
@@ -183,11 +192,14 @@ class EtcdStore(Store):
     # -- time ----------------------------------------------------------------------------------
 
     async def now(self) -> float:
-        """The member's clock (see the module docstring), refreshed by one answer."""
-        # A read any user with access to the prefix may make, served by the member itself.
-        probe = {"key": b64(self._key("rev")), "serializable": True, "count_only": True}
-        await self._gateway().post("/v3/kv/range", probe, idempotent=True)
-        return self._gateway().clock.now()
+        """The member's clock (see the module docstring), refreshed by one answer unless one
+        came within :data:`FRESH_CLOCK` seconds (every answer refreshes it)."""
+        clock = self._gateway().clock
+        if clock.age() > FRESH_CLOCK:
+            # A read any user with access to the prefix may make, served by the member itself.
+            probe = {"key": b64(self._key("rev")), "serializable": True, "count_only": True}
+            await self._gateway().post("/v3/kv/range", probe, idempotent=True)
+        return clock.now()
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -366,6 +378,18 @@ class EtcdStore(Store):
     async def expire_due(self) -> float | None:
         """Log the expiry of the leases due soonest: up to :data:`EXPIRE_BATCH` leases with an
         expiry of their own, or members of the bundle due soonest, whichever is due first."""
+        cached = self._soonest
+        if cached is not None:
+            inc, rev, soonest_us = cached
+            # Nothing acquired since that look (the only way a lease expiry earlier than the
+            # soonest one seen can appear; renewals only postpone): no need to look again.
+            if not self._ks.tail.acquired_after(inc, rev):
+                now = self._now_us()
+                if soonest_us is None:
+                    return None
+                if soonest_us > now:
+                    return (soonest_us - now) / _US
+        self._soonest = None
         xp, bp = self._key("exp", ""), self._key("bnd", "")
         by_value = {"sort_order": "ASCEND", "sort_target": "VALUE"}
         view = await self._ks.read(
@@ -385,6 +409,8 @@ class EtcdStore(Store):
             await self._expire(due[:EXPIRE_BATCH])
             return 0.0
         nexts = [exp for exp, _ in soonest[:1] + bundle]
+        if view.inc is not None:
+            self._soonest = (view.inc, view.rev, min(nexts) if nexts else None)
         return (min(nexts) - now) / _US if nexts else None
 
     async def _expire(self, names: Sequence[str]) -> None:
@@ -580,11 +606,22 @@ class EtcdStore(Store):
 
     @contextlib.asynccontextmanager
     async def _listen(self) -> AsyncIterator[FeedListener]:
-        listener = KeyWatch(self._gateway(), self._key("rev"))
+        # The log's keys, not the counter: each new entry arrives with its value, and the
+        # watcher woken by it reads it from the tail (etcd_tail) instead of asking again.
+        log = self._key("log", "")
+        tail = self._ks.tail
+        listener = KeyWatch(
+            self._gateway(), log, prefix_end(log), lambda events: tail.events(log, events)
+        )
+        opened = False
         try:
             await listener.start()
+            tail.opened()
+            opened = True
             yield listener
         finally:
+            if opened:
+                tail.closed()
             await listener.stop()
 
 

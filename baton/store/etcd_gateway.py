@@ -31,7 +31,7 @@ import functools
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote
@@ -173,6 +173,7 @@ class ServerClock:
         self._hi = float("inf")
         self._last = 0.0
         self._last_hi = 0.0
+        self._observed_at = -float("inf")
 
     @property
     def uncertainty(self) -> float:
@@ -186,6 +187,7 @@ class ServerClock:
             stamp = email.utils.parsedate_to_datetime(date).timestamp()
         except (TypeError, ValueError):
             return
+        self._observed_at = received
         lo, hi = stamp - received, stamp + 1 - sent
         if lo > self._hi or hi < self._lo:
             # The member's clock was stepped, or another member with another clock answers:
@@ -193,6 +195,10 @@ class ServerClock:
             self._lo, self._hi = lo, hi
             return
         self._lo, self._hi = max(self._lo, lo), min(self._hi, hi)
+
+    def age(self) -> float:
+        """Seconds since the member's last answer."""
+        return time.monotonic() - self._observed_at
 
     def now(self) -> float:
         """The lower end: the member's clock reads at least this now."""
@@ -433,12 +439,21 @@ class Gateway:
 
 
 class KeyWatch(FeedListener):
-    """Wakes a change-feed watcher when etcd reports a write of one key (the store's revision
-    counter, written by every change)."""
+    """Wakes a change-feed watcher when etcd reports a write of a key (``range_end``: of any key
+    in ``[key, range_end)``), and hands each batch of events to ``on_events`` (None when the
+    watch broke or etcd cancelled it)."""
 
-    def __init__(self, gateway: Gateway, key: str) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        key: str,
+        range_end: str | None = None,
+        on_events: Callable[[list[JSON] | None], None] | None = None,
+    ) -> None:
         self._gateway = gateway
         self._key = key
+        self._range_end = range_end
+        self._on_events = on_events or (lambda events: None)
         self._woken = asyncio.Event()
         self._failure: StoreError | None = None
         self._ready = asyncio.Event()
@@ -463,20 +478,28 @@ class KeyWatch(FeedListener):
 
     async def _run(self) -> None:
         try:
-            async with self._gateway.watch_lines({"key": b64(self._key)}) as lines:
+            create = {"key": b64(self._key)}
+            if self._range_end is not None:
+                create["range_end"] = self._range_end
+            async with self._gateway.watch_lines(create) as lines:
                 async for line in lines:
                     if not line.strip():
                         continue
                     result = json.loads(line).get("result", {})
                     if result.get("created"):
                         self._ready.set()
-                    if result.get("events") or result.get("canceled"):
+                    if result.get("canceled"):
+                        self._on_events(None)
+                        self._woken.set()
+                    elif result.get("events"):
+                        self._on_events(result["events"])
                         self._woken.set()
             raise self._broken("ended the watch stream")
         except StoreError as exc:
             self._failure = exc
         except (ValueError, OSError) as exc:
             self._failure = self._broken(f"broke the watch stream ({exc})")
+        self._on_events(None)
         self._woken.set()
 
     async def wait(self, timeout: float) -> None:

@@ -41,6 +41,7 @@ from typing import Any, Final
 from baton.errors import ConfigError, FeedCompacted, StoreUnavailable
 from baton.store.base import Change, ChangeKind, Op, Put, Record, make_position
 from baton.store.etcd_gateway import JSON, Gateway, b64, prefix_end, txn_ops, unb64
+from baton.store.etcd_tail import LogTail
 
 #: Changes kept in the log; older ones are deleted every ``TRIM_EVERY`` revisions.
 LOG_LIMIT: Final = 100_000
@@ -81,6 +82,8 @@ class Keyspace:
         self._known: View | None = None
         #: The etcd revision of this store's last successful commit.
         self.committed = 0
+        #: The log's newest entries, as this store's watches delivered them.
+        self.tail = LogTail()
 
     def known(self) -> View | None:
         """The revision counter and incarnation as this store last saw them (``mods`` of those
@@ -211,11 +214,19 @@ class Keyspace:
     ) -> tuple[list[Change], int]:
         """The change feed's read (see :meth:`baton.store.base.Store._changes_after`)."""
         log = self.key("log", "")
+        served = self.tail.after(incarnation, revision, max(limit, 1))
+        if served is not None:
+            found = [(revision, json.loads(raw)) for revision, raw in served]
+            picked = [
+                decode_change(incarnation, r, e) for r, e in found if e["n"].startswith(prefix)
+            ]
+            return picked, served[-1][0] if served else revision
         entries = {
             "key": b64(self.key("log", pad(revision + 1))),
             "range_end": prefix_end(log),
             "limit": max(limit, 1),
         }
+        generation, live = self.tail.generation, self.tail.watches > 0
         view = await self.read([self.key("floor")], [entries])
         floor_raw = view.values.get(self.key("floor"))
         floor = int(floor_raw) if floor_raw else 0
@@ -239,6 +250,8 @@ class Keyspace:
             entry = json.loads(raw)
             if entry["n"].startswith(prefix):
                 changes.append(decode_change(incarnation, last, entry))
+        if last == view.rev:
+            self.tail.read_complete(incarnation, view.rev, generation, live)
         return changes, last
 
     async def retry_pause(self, attempt: int) -> None:

@@ -19,6 +19,7 @@ import pytest
 from baton.errors import ConfigError, StoreUnavailable
 from baton.local.cluster import LocalCluster
 from baton.store import ChangeKind, open_store
+from baton.store.etcd import EtcdStore
 from baton.store.etcd_gateway import b64, check_version, prefix_end, unb64
 from baton.testing import free_port
 from baton.testing.servers import EtcdServer
@@ -200,3 +201,22 @@ async def test_acquires_that_wait_together_commit_together(etcd_server: EtcdServ
     )
     held = {lease.name: lease.epoch for lease in got if lease is not None}
     assert {c.key: c.epoch for c in changes} == held
+
+
+async def test_a_watcher_gets_changes_from_its_watch_without_asking(
+    etcd_server: EtcdServer,
+) -> None:
+    """etcd's watch delivers each log entry with its value: a watcher woken by a change (not an
+    acquisition) makes no request to read it, nor to look for due expiries again."""
+    url = f"{etcd_server.store_url}?namespace=tail{uuid.uuid4().hex[:8]}"
+    async with open_store(url) as watcher, open_store(url) as writer:
+        assert isinstance(watcher, EtcdStore)
+        feed = watcher.watch("k", since=await watcher.head())
+        for value in (b"1", b"2"):
+            assert (await writer.put("k", value)).ok
+            assert (await asyncio.wait_for(anext(feed), 10)).value == value
+        before = watcher.requests
+        assert (await writer.put("k", b"3")).ok
+        got = await asyncio.wait_for(anext(feed), 10)
+        assert got.value == b"3" and watcher.requests == before
+        await feed.aclose()
