@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +137,11 @@ def _role(loc: str) -> Role | None:
         return None
 
 
+def root_of(loc: dict[str, str]) -> str:
+    """The set's root now: the node whose database says it is the root."""
+    return next(n for n in loc if _role(loc[n]) is Role.ROOT)
+
+
 def _position(loc: str) -> int:
     try:
         with open_node_db(loc, readonly=True) as db:
@@ -180,6 +187,26 @@ class Trial:
     stranded_acked: int
     saved: int
     lost: int
+    #: When the host was signalled (``time.monotonic()``).
+    killed_at: float = 0.0
+
+
+@contextlib.contextmanager
+def running(
+    directory: Path, n: int, mode: str = "low-latency", sync: int = 0
+) -> Iterator[tuple[LocalCluster, dict[str, str]]]:
+    """The cluster of the module docstring, up, with automatic failover on (and sync ``sync``
+    when not 0): its agents and the set's node locations, ``s1``.. in host order."""
+    loc = build(directory, n)
+    c = LocalCluster(n, None, directory / "cluster", ttl=TTL, reconcile_interval=0.3)
+    for i, node in enumerate(c.nodes.values()):
+        node.env["BATON_LABELS"] = f"host=n{i}"
+    with c:
+        asyncio.run(_declare(c.store_url, loc, mode))
+        _cli("cascade", "auto-failover", SET, "on", "--via", loc["s1"])
+        if sync:
+            _cli("cascade", "sync", SET, str(sync), "--via", loc["s1"])
+        yield c, loc
 
 
 def trial(
@@ -196,7 +223,7 @@ def trial(
 ) -> Trial:
     leaf = list(loc)[-1]
     host = {name: f"n{i}" for i, name in enumerate(loc)}
-    old = next(n for n in loc if _role(loc[n]) is Role.ROOT)
+    old = root_of(loc)
     # Steady state: the leaf applies what the root acknowledges now; then ``steady`` seconds
     # of writes whose commit latency counts as the steady one.
     mark = len(writer.acks)
@@ -252,7 +279,7 @@ def trial(
         assert tip is not None
     wait_for(lambda: _position(loc[old]) >= tip.tick_id, timeout=300, what=f"{old} to apply again")
     saved_before |= saved
-    return Trial(old, new, first.at - kill_at, leaf_s, len(stranded), len(saved), lost)
+    return Trial(old, new, first.at - kill_at, leaf_s, len(stranded), len(saved), lost, kill_at)
 
 
 def main() -> None:
@@ -273,15 +300,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-auto-failover-") as tmp:
         directory = Path(tmp) if args.keep is None else args.keep
         directory.mkdir(parents=True, exist_ok=True)
-        loc = build(directory, n)
-        c = LocalCluster(n, None, directory / "cluster", ttl=TTL, reconcile_interval=0.3)
-        for i, node in enumerate(c.nodes.values()):
-            node.env["BATON_LABELS"] = f"host=n{i}"
-        with c:
-            asyncio.run(_declare(c.store_url, loc, args.mode))
-            _cli("cascade", "auto-failover", SET, "on", "--via", loc["s1"])
-            if args.sync:
-                _cli("cascade", "sync", SET, str(args.sync), "--via", loc["s1"])
+        with running(directory, n, args.mode, args.sync) as (c, loc):
             writer = SteadyWriter(list(loc.values()))
             writer.start()
             results = []
