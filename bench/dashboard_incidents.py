@@ -137,6 +137,24 @@ class Watcher:
         return None if s is None else s.mono - after
 
 
+#: Print one line per snapshot received after each fault (``--trace``).
+TRACE = False
+
+
+def _trace(w: Watcher, after: float, what: Callable[[Snapshot], str]) -> None:
+    if not TRACE:
+        return
+    for s in w.seen:
+        if s.mono >= after - STEADY:
+            errors = ",".join(sorted(s.data["errors"])) or "-"
+            print(f"  {s.mono - after:+7.2f} s  errors {errors}  {what(s.data)}", flush=True)
+
+
+def _nodes(d: Snapshot) -> str:
+    states = " ".join(f"{n['id']}={n['state']}" for n in d["nodes"])
+    return f"controller {_controller(d)}  {states}"
+
+
 def _node_state(data: Snapshot, node: str) -> str | None:
     return next((n["state"] for n in data["nodes"] if n["id"] == node), None)
 
@@ -172,6 +190,7 @@ def _agent_trial(c: LocalCluster, k: int) -> dict[str, Any]:
         kill = time.monotonic()
         c.kill(ctl)
         w.wait(dead, kill, timeout=WAIT)
+    _trace(w, kill, _nodes)
     row: dict[str, Any] = {
         "suspect": w.since(suspect, kill),
         "controller": w.since(new_controller, kill),
@@ -245,6 +264,17 @@ def _root_trial(
             c, loc, writer, directory, k, sync=0, saved_before=saved, steady=steady
         )
     kill, new = t.killed_at, t.new
+
+    def shows(d: Snapshot) -> str:
+        s = _set(d) or {}
+        members = " ".join(
+            f"{m['name']}:{m['role']}{'/dead' if m['dead'] else ''}"
+            f"{'' if m['reachable'] else '/unreachable'}:{(m['service'] or {}).get('state')}"
+            for m in s.get("members", [])
+        )
+        return f"{_nodes(d)}  root {s.get('root')} top {tree_top(s)}  {members}"
+
+    _trace(w, kill, shows)
 
     def suspect(d: Snapshot) -> bool:
         return _node_state(d, host) == "suspect"
@@ -448,6 +478,18 @@ def _store_trial(k: int, d: Path) -> dict[str, Any]:
             w.wait(file_shown, kill, timeout=WAIT)
             time.sleep(3 * TTL)  # what the rest of the page shows meanwhile
 
+        def shows(data: Snapshot) -> str:
+            sf = _failover(data)
+            server, client = sf["server"] or {}, sf["client"] or {}
+            rounds = len(sf["rounds"])
+            return (
+                f"{_nodes(data)}  server master {server.get('master')} failures "
+                f"{server.get('failures')} generation {server.get('generation')} rounds "
+                f"{rounds}  file {client.get('master')}"
+            )
+
+        _trace(w, kill, shows)
+
         def sign(data: Snapshot) -> bool:
             sf = _failover(data)
             server, client = sf["server"] or {}, sf["client"] or {}
@@ -548,7 +590,10 @@ def main() -> None:
     ap.add_argument("--only", default="agent,root,store", help="cases, comma-separated")
     ap.add_argument("--steady", type=float, default=3.0, help="root case: seconds of writes")
     ap.add_argument("--keep", type=Path, help="keep the clusters' files (logs) in this directory")
+    ap.add_argument("--trace", action="store_true", help="print what each snapshot showed")
     args = ap.parse_args()
+    global TRACE  # noqa: PLW0603 (a switch for the whole run)
+    TRACE = args.trace
     cases = set(args.only.split(","))
     res = Results()
     with _directory(args.keep) as directory:
