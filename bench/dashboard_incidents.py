@@ -171,6 +171,8 @@ def _agent_trial(c: LocalCluster, k: int) -> dict[str, Any]:
     ctl, _ = c.wait_for(c.controller, timeout=60)
     c.wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=60)
     watched = next(n for n in c.nodes if n != ctl)
+    # A restarted agent is live in the store before its API listens.
+    c.wait_for(lambda: all(n.status() is not None for n in c.nodes.values()), timeout=60)
 
     def steady(d: Snapshot) -> bool:
         return _controller(d) == ctl and [n["state"] for n in d["nodes"]] == ["live"] * 3
