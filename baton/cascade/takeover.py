@@ -6,6 +6,7 @@ its events after the fork saved).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from contextlib import suppress
 from pathlib import Path
 
@@ -61,10 +62,9 @@ def failover(
             raise Refused(f"{dead_root} is not the root ({other} is): use tag-dead for it")
     elif role is not None and role is not Role.ROOT:
         raise Refused(f"{dead_root} is not the root: failover replaces a root")
-    notes: list[str] = []
     done = live_root(c, exclude=dead_root)
     if done is not None:
-        return done, root_since(c, done), notes  # already failed over
+        return done, root_since(c, done), []  # already failed over
     new_root = decide.new_root(_carriers(c, dead_root), dead_root)
     if new_root is None:
         raise Refused("no live branch carries the queue: nothing can become the root")
@@ -75,12 +75,24 @@ def failover(
     # Fence first: from here no node applies another batch of the dead root (whose database
     # may still be readable, or come back). apply_batch refuses a batch from a provider that
     # is no longer the node's, in the transaction that would apply it.
-    _fence_from(c, dead_root, new_root)
-    ahead = decide.furthest(_carriers(c, dead_root), dead_root)
-    if ahead is not None and ahead != new_root:
-        # Another node got further from the dead root: bring the new root up to it first, so
-        # no node has ticks the new root lacks (nothing rewound, nothing applied twice).
-        catch_up(c, new_root, ahead)
+    unfenced = _fence_from(c, dead_root, new_root)
+    _catch_up_furthest(c, dead_root, new_root)
+    if unfenced:
+        # A node missed (its database busy or unreachable for a moment) may have applied
+        # more of the dead root's batches meanwhile: fence it again, and catch the new root
+        # up to it too if it got further.
+        unfenced = _fence_from(c, dead_root, new_root)
+        _catch_up_furthest(c, dead_root, new_root)
+    with c.db(new_root) as db:
+        last = db.last_tick()
+    # The fork: the new root's last tick, which stays its last until it is promoted (it has
+    # no provider since the fence, and no ticker until it is the root).
+    fork = last.tick_id if last else 0
+    # Before the promotion, a position past the fork can only be the dead root's ticks.
+    # After it, the new root ticks at once and the nodes fenced onto it apply those ticks
+    # (with the same ids): a node read then would be taken for ahead, rewound, and would
+    # apply the new root's first ticks twice.
+    notes = _rewind_past(c, dead_root, new_root, fork, unfenced)
     with c.db(new_root) as db:
         fork = promote(db)
     sync_mode.forget_above(c, fork)
@@ -90,35 +102,6 @@ def failover(
         with suppress(CascadeError, OSError), c.db(was_under) as pdb, pdb.transaction() as cur:
             pdb.drop_subscriber(cur, new_root)
     _bury_merge_leaves(c, new_root, dead_root)
-    for name, (loc, dead) in sorted(c.nodes.items()):
-        if dead or name == new_root:
-            continue
-        try:
-            with open_node_db(loc) as db:
-                st = db.state()
-        except (CascadeError, OSError):
-            notes.append(f"{name}: unreachable, redirect it later with change-provider")
-            continue
-        if st.position > fork:
-            # It applied ticks the set lost with the root (a leaf, which has no queue to
-            # catch the new root up from): its tables may differ from the new root's for the
-            # keys those ticks changed. Continue from the fork (dropping the lost ticks from
-            # its queue: the new root's ticks after the fork are other ones).
-            with open_node_db(loc) as db, db.transaction() as cur:
-                if st.role.carries_queue:
-                    db.discard_after(cur, fork)
-                db.set_local(cur, "position", str(fork))
-                db.set_local(cur, "provider", new_root)
-            with c.db(new_root) as ndb, ndb.transaction() as cur:
-                ndb.set_watermark(cur, name, fork)
-            notes.append(
-                f"{name}: had applied up to tick {st.position} (> {fork}); rewound to {fork}, "
-                "run 'check' and repair the differences"
-            )
-        elif st.provider == new_root:
-            # Fenced onto the new root above: hold the new root's queue for it.
-            with c.db(new_root) as ndb, ndb.transaction() as cur:
-                ndb.set_watermark(cur, name, st.position)
     release_dead(c, dead_root)
     return new_root, fork, notes
 
@@ -144,22 +127,85 @@ def _carriers(c: CascadeSet, dead_root: str) -> dict[str, decide.Seen]:
     return {name: seen_of(c, name) for name, (_, dead) in sorted(c.nodes.items()) if not dead}
 
 
-def _fence_from(c: CascadeSet, dead_root: str, new_root: str) -> None:
+def _fence_from(c: CascadeSet, dead_root: str, new_root: str) -> dict[str, str]:
     """Every reachable node receiving from ``dead_root`` now receives from ``new_root``, and
     ``new_root`` from no one (it is promoted next): their workers stop applying the dead
-    root's batches at once, so the failover sees positions that no longer move."""
+    root's batches at once, so the failover sees positions that no longer move. Returns the
+    nodes it could not fence (they could not be read or written), with why: they may still
+    apply the dead root's batches."""
+    missed: dict[str, str] = {}
     for name, (loc, dead) in sorted(c.nodes.items()):
         if dead or name == dead_root:
             continue
         try:
-            with open_node_db(loc) as db:
-                st = db.state()
-                if st.provider != dead_root:
-                    continue
-                with db.transaction() as cur:
+            with open_node_db(loc) as db, db.transaction() as cur:
+                # Read in the transaction that writes: a batch being applied commits before
+                # or after it, never in between.
+                if db.state().provider == dead_root:
                     db.set_local(cur, "provider", None if name == new_root else new_root)
+        except (CascadeError, OSError) as exc:
+            missed[name] = str(exc)
+    return missed
+
+
+def _catch_up_furthest(c: CascadeSet, dead_root: str, new_root: str) -> None:
+    """Another node got further from the dead root than ``new_root``: bring ``new_root`` up
+    to it, so no node has ticks the new root lacks (nothing rewound, nothing applied twice)."""
+    ahead = decide.furthest(_carriers(c, dead_root), dead_root)
+    if ahead is not None and ahead != new_root:
+        catch_up(c, new_root, ahead)
+
+
+def _rewind_past(
+    c: CascadeSet, dead_root: str, new_root: str, fork: int, unfenced: Mapping[str, str]
+) -> list[str]:
+    """Before ``new_root`` is promoted at tick ``fork``: every other live node past the fork
+    (it applied ticks the set lost with the dead root: a leaf, which has no queue to catch
+    the new root up from, or a node the fence could not reach) continues from the fork; one
+    still receiving from ``dead_root`` is fenced now, in the transaction that reads its
+    position. ``new_root`` holds its queue for every node receiving from it. Returns the
+    notes about the nodes that need attention (``unfenced``: the fence missed them, why)."""
+    notes: list[str] = []
+    held: dict[str, int] = {}
+    for name, (loc, dead) in sorted(c.nodes.items()):
+        if dead or name == new_root:
+            continue
+        missed = f" (the fence could not reach it: {unfenced[name]})" if name in unfenced else ""
+        try:
+            with open_node_db(loc) as db, db.transaction() as cur:
+                st = db.state()
+                provider = new_root if st.provider == dead_root else st.provider
+                if st.position > fork:
+                    # Its tables may differ from the new root's for the keys those ticks
+                    # changed. Continue from the fork (dropping the lost ticks from its
+                    # queue: the new root's ticks after the fork are other ones).
+                    if st.role.carries_queue:
+                        db.discard_after(cur, fork)
+                    db.set_local(cur, "position", str(fork))
+                    provider = new_root
+                if provider != st.provider:
+                    db.set_local(cur, "provider", provider)
         except (CascadeError, OSError):
-            continue  # unreachable: the failover's notes say so
+            if missed:
+                notes.append(
+                    f"{name}: not fenced, it may still apply {dead_root}'s batches{missed}; "
+                    f"once reachable, run change-provider {name} {new_root} and 'check'"
+                )
+            else:
+                notes.append(f"{name}: unreachable, redirect it later with change-provider")
+            continue
+        if st.position > fork:
+            notes.append(
+                f"{name}: had applied up to tick {st.position} (> {fork}); rewound to {fork}"
+                f"{missed}, run 'check' and repair the differences"
+            )
+        if provider == new_root:
+            held[name] = min(st.position, fork)
+    if held:
+        with c.db(new_root) as ndb, ndb.transaction() as cur:
+            for name, position in held.items():
+                ndb.set_watermark(cur, name, position)
+    return notes
 
 
 def catch_up(c: CascadeSet, node: str, source: str) -> int:

@@ -19,7 +19,7 @@ import pytest
 from baton.cascade import handover, merge, node_ops, observe, set_ops, takeover
 from baton.cascade.apply import ApplyResult, apply_batch
 from baton.cascade.batches import Outcome, reduce_events
-from baton.cascade.db import open_node_db
+from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.model import PARTITION_TICK, Role
 from baton.errors import CascadeInputError, Refused
 from baton.service.worker import LOW_LATENCY, Worker
@@ -433,3 +433,92 @@ def test_failover_right_after_a_merge_copy(tmp_path: Path) -> None:
     assert rows(loc["s2"]) == rows(loc["a1"])
     seen = audited(loc["s2"])
     assert len(seen) == len(set(seen)), "a row version was written twice at S2"
+
+
+def test_failover_counts_only_the_dead_roots_ticks_as_ahead(
+    locations: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new root's service starts the moment the failover promotes it: its merge-leaves
+    merge, it ticks, and S3 (already pointed at it) applies that first tick while the failover
+    is still finishing. That tick is the new root's, not one the set lost with S1: S3 must not
+    be rewound for it (it would apply the same row versions again). S3 had also applied S1's
+    last tick, which S2 lacked: the failover catches S2 up to it first."""
+    loc = locations
+    for location in loc.values():
+        create_accounts(location)
+    audit(loc["s3"])
+    a1, b1 = loc["a1"], loc["b1"]
+    node_ops.create_root("a1", a1, "A")
+    node_ops.create_root("b1", b1, "B")
+    node_ops.create_root("s1", loc["s1"], "S")
+    for root in (a1, b1, loc["s1"]):
+        node_ops.add_table(root, "accounts")
+    for node in ("s2", "s3"):
+        node_ops.create_subscriber(Role.BRANCH, node, loc[node], "s1", loc["s1"])
+        node_ops.add_table(loc[node], "accounts")
+    hosts = {"2": loc["s1"], "3": loc["s2"]}
+    for part, root in (("a", a1), ("b", b1)):
+        tick(root)
+        for n, host in hosts.items():
+            merge.create_merge_leaf(f"{part}{n}", host, f"{part}1", root)
+            node_ops.add_table(merge.merge_location(host, part.upper()), "accounts")
+
+    def cycle(*nodes: str) -> None:
+        for root in (a1, b1):
+            tick(root)
+        for part in "AB":
+            pump(merge.merge_location(loc["s1"], part))
+        tick(loc["s1"])
+        for node in nodes:
+            pump(loc[node])
+
+    cycle("s2", "s3")  # the merge-leaves' initial copies
+    write(a1, {1: 10})
+    write(b1, {101: 1000})
+    cycle("s2", "s3")
+    # S1's last tick merges a batch of each partition: S3 applied it, S2 did not.
+    write(a1, {1: 11, 2: 20})
+    write(b1, {101: 1001})
+    cycle("s3")
+    with open_node_db(loc["s1"]) as db:
+        last = db.last_tick()
+    assert last is not None
+    with open_node_db(loc["s3"]) as db:
+        assert db.state().position == last.tick_id
+    # The partitions go on writing while S1 is lost.
+    write(a1, {3: 30})
+    write(b1, {102: 2000})
+    for root in (a1, b1):
+        tick(root)
+
+    def promote_then_serve(db: NodeDB) -> int:
+        """Promote, then do at once what the new root's service and S3's worker do."""
+        fork = handover.promote(db)
+        for part in "AB":
+            assert pump(merge.merge_location(loc["s2"], part)).applied
+        tick(loc["s2"])
+        assert pump(loc["s3"]).applied
+        return fork
+
+    # The failover's own promote step (takeover's import of it).
+    monkeypatch.setattr("baton.cascade.takeover.promote", promote_then_serve)
+    new_root, fork, notes = takeover.failover(set_ops.CascadeSet(loc["s3"]), "s1")
+    assert (new_root, fork) == ("s2", last.tick_id), notes
+    assert not [n for n in notes if n.startswith("s3:")], notes
+    with open_node_db(loc["s3"]) as db:
+        assert db.state().position == fork + 1  # the new root's first tick, kept
+    write(a1, {4: 40})
+    write(b1, {103: 3000})
+    for root in (a1, b1):
+        tick(root)
+    for part in "AB":
+        pump(merge.merge_location(loc["s2"], part))
+    tick(loc["s2"])
+    pump(loc["s3"])
+    union = sorted(rows(a1) + rows(b1))
+    assert rows(loc["s2"]) == union
+    assert rows(loc["s3"]) == union
+    seen = audited(loc["s3"])
+    twice = sorted({v for v in seen if seen.count(v) > 1})
+    assert not twice, f"row versions applied twice at S3: {twice}; {notes}"
+    assert {(1, 11), (2, 20), (3, 30), (102, 2000), (4, 40)} <= set(seen)
