@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,32 +29,49 @@ BACKENDS = ("sqlite", "redis", "postgres")
 os.environ.setdefault(ENV_ARCHIVE, str(Path(sys.prefix) / "spark-classes.jsa"))
 
 
-#: A test module that starts a Spark JVM in a process of its own (``baton cascade run``, an
-#: agent serving ``cascade-worker`` objects, the fault campaign, a standalone or Connect
-#: cluster, the quickstart and the docs' snippets), or network namespaces shared by name.
+#: A test module that starts a Spark JVM, in the test process (a Spark session, the ``spark``
+#: fixture) or in a process of its own (``baton cascade run``, an agent serving
+#: ``cascade-worker`` objects, the fault campaign, a standalone or Connect cluster, the
+#: quickstart and the docs' snippets), or network namespaces shared by name.
 _JVM_MODULE = re.compile(
-    r'"cascade",\s*"run"|cascade run|cascade-worker|CASCADE_SET|baton\.chaos|Network\('
+    r"\bSparkSessions?\b|build_session|\bspark: "
+    r'|"cascade",\s*"run"|cascade run|cascade-worker|CASCADE_SET|baton\.chaos|Network\('
     r"|StandaloneCluster|ConnectServer|quickstart|demo|doc_snippets"
 )
-#: The group of `make test`'s first worker: see :func:`pytest_collection_modifyitems`.
+#: The one scope of the JVM tests: see :func:`pytest_xdist_make_scheduler`.
 JVM_LANE = "jvm"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``), every test that starts
-    a Spark JVM, in this process (the ``spark`` fixture) or in one it starts, runs in one group,
-    so on one worker, one after another: the machine runs one Spark JVM at a time, as its
-    memory and two cores are sized for. The other worker runs everything else meanwhile (the
-    multi-process tests spend most of their time waiting on leases and processes)."""
-    if not config.pluginmanager.hasplugin("xdist") or not config.getoption("numprocesses", None):
-        return
-    heavy: dict[Path, bool] = {}
-    for item in items:
-        path = item.path
-        if path not in heavy:
-            heavy[path] = bool(_JVM_MODULE.search(path.read_text()))
-        if heavy[path] or "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group(JVM_LANE))
+def in_jvm_lane(nodeid: str, rootdir: Path, cache: dict[str, bool]) -> bool:
+    """Whether the test ``nodeid`` belongs to the JVM lane (by its module's source)."""
+    module = nodeid.split("::", 1)[0]
+    if module not in cache:
+        try:
+            cache[module] = bool(_JVM_MODULE.search((rootdir / module).read_text()))
+        except OSError:
+            cache[module] = False
+    return cache[module]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` runs ``-n 2 --dist loadgroup``: every test that starts a Spark JVM goes to
+    one worker, as one unit, and runs there one after another (the machine runs one Spark JVM
+    at a time, as its memory and two cores are sized for); the other worker runs everything
+    else meanwhile (multi-process tests spend most of their time waiting on leases and
+    processes). Scopes are told apart here, from test ids, because pytest 9 no longer lets
+    xdist's own ``xdist_group`` markers reach the scheduler."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    rootdir = config.rootpath
+    cache: dict[str, bool] = {}
+
+    class Lanes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return JVM_LANE if in_jvm_lane(nodeid, rootdir, cache) else nodeid
+
+    return Lanes(config, log)
 
 
 @pytest.fixture(scope="session")
