@@ -328,6 +328,7 @@ def _root_trial(
 
 
 def root_lost(trials: int, directory: Path, steady: float) -> list[dict[str, Any]]:
+    directory.mkdir(parents=True, exist_ok=True)
     with auto_failover.running(directory, 3) as (c, loc):
         writer = auto_failover.SteadyWriter(list(loc.values()))
         writer.start()
