@@ -494,11 +494,14 @@ def _store_trial(k: int, d: Path) -> dict[str, Any]:
         _trace(w, kill, shows)
 
         def sign(data: Snapshot) -> bool:
+            # What the page's store-failover view shows (baton/node/ui/app.js,
+            # renderFailover): not the count of failed checks, which the snapshot carries.
             sf = _failover(data)
             server, client = sf["server"] or {}, sf["client"] or {}
             return (
-                server.get("failures") != prior.get("failures") or bool(server.get("alerts"))
-                or client.get("master") != old or server.get("master") != old
+                server.get("master") != old or server.get("generation") != prior["generation"]
+                or bool(server.get("alerts")) or client.get("master") != old
+                or bool(sf["rounds"])
             )  # fmt: skip
 
         after = [s for s in w.seen if s.mono >= kill]
@@ -617,7 +620,8 @@ def main() -> None:
         signs = ["failover", "suspect", "worker", "unreachable", "dead", "root", "top"]
         rows += summary("root lost", res.root, [*signs, "timeline", "dead_on_top"])
     if res.store:
-        signs = ["detected", "round_end", "sign", "round", "after_end", "master", "file"]
+        signs = ["errors_from", "detected", "round_end", "sign", "round", "after_end", "master"]
+        signs.append("file")
         rows += summary("store master switched", res.store, signs)
     for line in rows:
         print(line)
