@@ -446,6 +446,21 @@ def _switched(data: Snapshot, prior: object) -> Snapshot | None:
     return None
 
 
+def _sign(data: Snapshot, old: str, prior: Snapshot) -> str:
+    """What the store-failover view shows changed since ``prior`` (the server's status before
+    the kill), as words ("": nothing)."""
+    sf = _failover(data)
+    server, client = sf["server"] or {}, sf["client"] or {}
+    changed = {
+        "master": server.get("master") != old,
+        "generation": server.get("generation") != prior["generation"],
+        "alerts": bool(server.get("alerts")),
+        "file": client.get("master") != old,
+        "round": bool(sf["rounds"]),
+    }
+    return ",".join(k for k, v in changed.items() if v)
+
+
 def _store_trial(k: int, d: Path) -> dict[str, Any]:
     with RedisGroup(d / "redis", 3) as group, StoreCluster(d, group) as sc:
         old = str(group.addresses[0])
@@ -488,7 +503,7 @@ def _store_trial(k: int, d: Path) -> dict[str, Any]:
             return (
                 f"{_nodes(data)}  server master {server.get('master')} failures "
                 f"{server.get('failures')} generation {server.get('generation')} rounds "
-                f"{rounds}  file {client.get('master')}"
+                f"{rounds}  file {client.get('master')}  alerts {server.get('alerts')}"
             )
 
         _trace(w, kill, shows)
@@ -496,13 +511,7 @@ def _store_trial(k: int, d: Path) -> dict[str, Any]:
         def sign(data: Snapshot) -> bool:
             # What the page's store-failover view shows (baton/node/ui/app.js,
             # renderFailover): not the count of failed checks, which the snapshot carries.
-            sf = _failover(data)
-            server, client = sf["server"] or {}, sf["client"] or {}
-            return (
-                server.get("master") != old or server.get("generation") != prior["generation"]
-                or bool(server.get("alerts")) or client.get("master") != old
-                or bool(sf["rounds"])
-            )  # fmt: skip
+            return bool(_sign(data, old, prior))
 
         after = [s for s in w.seen if s.mono >= kill]
         erred = [s for s in after if s.data["errors"]]
@@ -514,6 +523,7 @@ def _store_trial(k: int, d: Path) -> dict[str, Any]:
             "round_s": float(done["seconds"]),
             "round_end": done["at"] - kill_wall,
             "sign": w.since(sign, kill),
+            "sign_was": _sign(w.wait(sign, kill, timeout=1).data, old, prior),
             "round": seen.mono - kill,
             "after_end": seen.wall - done["at"],
             "master": w.since(master_shown, kill),
