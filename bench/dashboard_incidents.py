@@ -454,7 +454,7 @@ def _sign(data: Snapshot, old: str, prior: Snapshot) -> str:
     changed = {
         "master": server.get("master") != old,
         "generation": server.get("generation") != prior["generation"],
-        "alerts": bool(server.get("alerts")),
+        "alerts": server.get("alerts") != prior.get("alerts"),
         "file": client.get("master") != old,
         "round": bool(sf["rounds"]),
     }
@@ -470,6 +470,7 @@ def _store_trial(k: int, d: Path) -> dict[str, Any]:
             server, client = sf["server"] or {}, sf["client"] or {}
             return (
                 server.get("master") == old and client.get("master") == old
+                and not server.get("alerts")
                 and [n["state"] for n in data["nodes"]] == ["live"] * 3
                 and data["controller"] is not None and not data["errors"]
             )  # fmt: skip
