@@ -704,7 +704,7 @@ def document(res: Results) -> str:
         "recovery) and 10 handovers per backend, N up to 10k (about 2 minutes); prints only, "
         "unless `--output PATH`.",
         "- `--only failover|etcd|handover|renewal|takeover|idle|placement|groups|cascade` "
-        "(repeatable), `--backend sqlite|redis|postgres` (repeatable; `takeover` and `groups` "
+        "(repeatable), `--backend sqlite|redis|postgres|etcd` (repeatable; `takeover` and `groups` "
         "run on SQLite unless backends are named, `placement` runs in-process on no backend), "
         "`--trials N`, `--wait-idle` (first wait up to 10 minutes for a load average below "
         "1.5).",
