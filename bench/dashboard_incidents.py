@@ -45,7 +45,7 @@ from typing import Any, Self
 import httpx
 from websockets.asyncio.client import connect
 
-from baton.local.cluster import LocalCluster
+from baton.local.cluster import LocalCluster, LocalNode
 from baton.local.ports import free_port
 from baton.local.processes import Proc
 from baton.local.waiting import wait_for
@@ -126,6 +126,13 @@ class Watcher:
         """The first snapshot that arrived after ``after`` (monotonic) and ``shows`` it."""
         return next((s for s in list(self.seen) if s.mono >= after and shows(s.data)), None)
 
+    @classmethod
+    def once_up(cls, node: LocalNode, token: str, timeout: float = 120.0) -> Watcher:
+        """A watcher of ``node`` once its API answers (an agent is live in the store, and
+        may be a controller's pick, before it listens)."""
+        wait_for(lambda: node.status() is not None, timeout=timeout, what=f"{node.id}'s API")
+        return cls(node.address, token)
+
     def wait(self, shows: Callable[[Snapshot], object], after: float, timeout: float) -> Seen:
         return wait_for(
             lambda: self.first(shows, after), timeout=timeout, interval=0.02, what="a snapshot"
@@ -171,8 +178,6 @@ def _agent_trial(c: LocalCluster, k: int) -> dict[str, Any]:
     ctl, _ = c.wait_for(c.controller, timeout=60)
     c.wait_for(lambda: list(c.states().values()) == ["live"] * 3, timeout=60)
     watched = next(n for n in c.nodes if n != ctl)
-    # A restarted agent is live in the store before its API listens.
-    c.wait_for(lambda: all(n.status() is not None for n in c.nodes.values()), timeout=60)
 
     def steady(d: Snapshot) -> bool:
         return _controller(d) == ctl and [n["state"] for n in d["nodes"]] == ["live"] * 3
@@ -186,7 +191,7 @@ def _agent_trial(c: LocalCluster, k: int) -> dict[str, Any]:
     def new_controller(d: Snapshot) -> bool:
         return _controller(d) not in (None, ctl)
 
-    with Watcher(c.node(watched).address, c.token) as w:
+    with Watcher.once_up(c.node(watched), c.token) as w:
         w.wait(steady, 0.0, timeout=30)
         time.sleep(STEADY)
         kill = time.monotonic()
@@ -260,7 +265,7 @@ def _root_trial(
     def old_root_shown(d: Snapshot) -> bool:
         return (_set(d) or {}).get("root") == old
 
-    with Watcher(c.node(watched).address, c.token) as w:
+    with Watcher.once_up(c.node(watched), c.token) as w:
         w.wait(old_root_shown, 0.0, timeout=120)
         t = auto_failover.trial(
             c, loc, writer, directory, k, sync=0, saved_before=saved, steady=steady
