@@ -110,8 +110,9 @@ def audited(location: str) -> list[tuple[int, int]]:
         return sorted((int(a), int(b)) for a, b in db._rows("SELECT id, balance FROM audit"))
 
 
-def test_combined_set_failover(locations: dict[str, str]) -> None:
-    loc = locations
+def three_roots(loc: dict[str, str]) -> tuple[str, str]:
+    """Partition roots a1 and b1 and the combined root s1, each with ``accounts`` added, and
+    the audit trigger at s3; returns a1's and b1's locations."""
     for location in loc.values():
         create_accounts(location)
     audit(loc["s3"])
@@ -121,6 +122,12 @@ def test_combined_set_failover(locations: dict[str, str]) -> None:
     node_ops.create_root("s1", loc["s1"], "S")
     for root in (a1, b1, loc["s1"]):
         node_ops.add_table(root, "accounts")
+    return a1, b1
+
+
+def test_combined_set_failover(locations: dict[str, str]) -> None:
+    loc = locations
+    a1, b1 = three_roots(loc)
     # Rows written before the merge exists: the merge-leaves' initial copies bring them in,
     # both into one table (neither copy empties it).
     write(a1, {1: 10, 2: 20})
@@ -444,15 +451,7 @@ def test_failover_counts_only_the_dead_roots_ticks_as_ahead(
     be rewound for it (it would apply the same row versions again). S3 had also applied S1's
     last tick, which S2 lacked: the failover catches S2 up to it first."""
     loc = locations
-    for location in loc.values():
-        create_accounts(location)
-    audit(loc["s3"])
-    a1, b1 = loc["a1"], loc["b1"]
-    node_ops.create_root("a1", a1, "A")
-    node_ops.create_root("b1", b1, "B")
-    node_ops.create_root("s1", loc["s1"], "S")
-    for root in (a1, b1, loc["s1"]):
-        node_ops.add_table(root, "accounts")
+    a1, b1 = three_roots(loc)
     for node in ("s2", "s3"):
         node_ops.create_subscriber(Role.BRANCH, node, loc[node], "s1", loc["s1"])
         node_ops.add_table(loc[node], "accounts")
