@@ -3,6 +3,7 @@ change to the store."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,6 @@ def test_status_watch_shows_snapshots_until_ctrl_c(tmp_path: Path) -> None:
     """``status --watch``: piped, one snapshot after another, each under a time line; Ctrl-C
     ends it with 130 and no traceback."""
     import os
-    import signal
 
     store = f"sqlite://{tmp_path}/s.db"
     assert baton("elect", "x", "--store", store, "--", "true").returncode == 0  # makes the store
@@ -136,13 +136,18 @@ def test_status_watch_shows_snapshots_until_ctrl_c(tmp_path: Path) -> None:
             assert line, f"status --watch ended early: {seen}"
             seen.append(line)
         assert seen.count("controller: none\n") >= 1
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130 and "Traceback" not in err, err
+        interrupted(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def interrupted(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C to a running ``--watch``: it ends with 130 and no traceback."""
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in err, err
 
 
 def test_status_api_down_says_so_and_what_failed() -> None:

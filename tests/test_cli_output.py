@@ -11,7 +11,6 @@ import datetime as dt
 import json
 import os
 import re
-import signal
 import subprocess
 from typing import Any
 
@@ -25,7 +24,7 @@ from baton.cascade.model import Role
 from baton.keys import MEMBERS, NODES
 from baton.store import open_store
 from baton.testing.cascade import served
-from tests.test_cli import BATON, baton, one_line_error
+from tests.test_cli import BATON, baton, interrupted, one_line_error
 
 #: A node's start, 2026-11-28 02:55:45.355 UTC, as its record keeps it (seconds).
 STARTED = 1795834545.355
@@ -186,9 +185,7 @@ def test_cascade_status_watch_until_ctrl_c(cascade_set: dict[str, str]) -> None:
         assert proc.stdout is not None
         docs = [json.loads(proc.stdout.readline()) for _ in range(2)]
         assert [d["root"] for d in docs] == ["s1", "s1"]
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130 and "Traceback" not in err, err
+        interrupted(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
