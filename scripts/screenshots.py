@@ -27,8 +27,6 @@ from pathlib import Path
 from playwright.sync_api import Page, expect, sync_playwright
 
 from baton.cascade import commands, node_ops
-from baton.cascade.apply import apply_batch
-from baton.cascade.batches import reduce_events
 from baton.cascade.beat import Phase
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -36,7 +34,7 @@ from baton.local.cluster import LocalCluster
 from baton.placement.records import create_object, make_object
 from baton.service.reach import probe, report
 from baton.store import open_store
-from baton.testing.cascade import served
+from baton.testing.cascade import apply_from_provider, served
 from baton.testing.workload import create_accounts, run_workload
 
 VIEWS = ("nodes", "placement", "cascade", "channels", "failover", "timeline")
@@ -57,17 +55,8 @@ def build_set(d: Path) -> dict[str, str]:
 
 
 def apply_for(location: str) -> None:
-    """What a node's worker does: apply the batches its provider ticked."""
-    with open_node_db(location) as db:
-        st = db.state()
-        if st.provider is None or st.paused:
-            return
-        with open_node_db(db.nodes()[st.provider][0], readonly=True) as prov:
-            last = prov.last_tick()
-            ticks = prov.ticks(st.position, last.tick_id) if last else []
-            events = list(prov.batch_events(st.position, last.tick_id)) if ticks and last else []
-        if ticks:
-            apply_batch(db, ticks, reduce_events(events), events, epoch=1, provider=st.provider)
+    """What a node's worker does, without Spark: apply what its provider ticked."""
+    apply_from_provider(location)
 
 
 @contextlib.contextmanager

@@ -62,6 +62,25 @@ def root_and_branch(directory: Path) -> dict[str, str]:
     return loc
 
 
+def apply_from_provider(location: str) -> int:
+    """What a node's worker does, by hand and without Spark: apply in one batch everything its
+    provider has ticked past its position (nothing for a root or a paused node); its position."""
+    from baton.cascade.apply import apply_batch
+    from baton.cascade.batches import reduce_events
+
+    with open_node_db(location) as db:
+        st = db.state()
+        if st.provider is None:
+            return st.position
+        with open_node_db(db.nodes()[st.provider][0], readonly=True) as prov:
+            last = prov.last_tick()
+            ticks = prov.ticks(st.position, last.tick_id) if last else []
+            events = list(prov.batch_events(st.position, last.tick_id)) if ticks and last else []
+        if ticks:
+            apply_batch(db, ticks, reduce_events(events), events, epoch=1, provider=st.provider)
+        return db.state().position
+
+
 @contextmanager
 def served(
     location: str, epoch: int = 1, phase: Phase = Phase.APPLYING, error: str = ""

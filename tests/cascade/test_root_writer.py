@@ -19,8 +19,6 @@ import psycopg
 import pytest
 
 from baton.cascade import commands, handover, node_ops
-from baton.cascade.apply import apply_batch
-from baton.cascade.batches import reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.cascade.root import RootState, locate_root
@@ -35,7 +33,7 @@ from baton.errors import (
 )
 from baton.local.waiting import wait_for
 from baton.node.agent import NodeAgent
-from baton.testing.cascade import served
+from baton.testing.cascade import apply_from_provider, served
 from baton.testing.servers import PostgresServer
 from tests.node.test_api import client, config
 from tests.test_cli import BATON
@@ -66,16 +64,8 @@ def lite(tmp_path: Path) -> dict[str, str]:
 def catch_up(location: str) -> int:
     """What a node's worker does: apply everything its provider has ticked; its position."""
     with open_node_db(location) as db:
-        st = db.state()
-        assert st.provider is not None
-        with open_node_db(db.nodes()[st.provider][0], readonly=True) as prov:
-            last = prov.last_tick()
-            assert last is not None
-            ticks = prov.ticks(st.position, last.tick_id)
-            events = list(prov.batch_events(st.position, last.tick_id))
-        if ticks:
-            apply_batch(db, ticks, reduce_events(events), events, epoch=1, provider=st.provider)
-        return db.state().position
+        assert db.state().provider is not None
+    return apply_from_provider(location)
 
 
 def switch(via: str, new_root: str, new_location: str) -> None:

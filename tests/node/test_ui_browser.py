@@ -25,9 +25,6 @@ import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 from baton.cascade import commands, node_ops
-from baton.cascade.apply import apply_batch
-from baton.cascade.batches import reduce_events
-from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
 from baton.keys import node_record
 from baton.local.cluster import LocalCluster
@@ -36,7 +33,7 @@ from baton.node.ui_feed import Feed
 from baton.placement.records import create_object, make_object
 from baton.service.reach import probe, report
 from baton.store import open_store
-from baton.testing.cascade import served
+from baton.testing.cascade import apply_from_provider, served
 from baton.testing.workload import create_accounts
 from tests.cascade.test_root_writer import tick
 
@@ -146,18 +143,8 @@ def sign_in(page: Page, site: Site, token: str | None = None, view: str = "nodes
 
 
 def apply_for(location: str) -> None:
-    """What a node's worker does, without Spark: apply what its provider ticked (nothing once
-    the node is a root)."""
-    with open_node_db(location) as db:
-        st = db.state()
-        if st.provider is None:
-            return
-        with open_node_db(db.nodes()[st.provider][0], readonly=True) as prov:
-            last = prov.last_tick()
-            ticks = prov.ticks(st.position, last.tick_id) if last else []
-            events = list(prov.batch_events(st.position, last.tick_id)) if ticks and last else []
-        if ticks:
-            apply_batch(db, ticks, reduce_events(events), events, epoch=1, provider=st.provider)
+    """What a node's worker does, without Spark: apply what its provider ticked."""
+    apply_from_provider(location)
 
 
 def member(page: Page, name: str) -> Any:
