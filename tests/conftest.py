@@ -36,18 +36,19 @@ os.environ.setdefault(ENV_ARCHIVE, str(Path(sys.prefix) / "spark-classes.jsa"))
 _JVM_MODULE = re.compile(
     r"\bSparkSessions?\b|build_session|\bspark: "
     r'|"cascade",\s*"run"|cascade run|cascade-worker|CASCADE_SET|baton\.chaos|Network\('
-    r"|StandaloneCluster|ConnectServer|quickstart|demo|doc_snippets"
+    r"|StandaloneCluster|ConnectServer|quickstart|run_demo|\"demo\"|doc_snippets"
 )
 #: The one scope of the JVM tests: see :func:`pytest_xdist_make_scheduler`.
 JVM_LANE = "jvm"
 
 
 def in_jvm_lane(nodeid: str, rootdir: Path, cache: dict[str, bool]) -> bool:
-    """Whether the test ``nodeid`` belongs to the JVM lane (by its module's source)."""
+    """Whether the test ``nodeid`` belongs to the JVM lane (by its module's name and source)."""
     module = nodeid.split("::", 1)[0]
     if module not in cache:
         try:
-            cache[module] = bool(_JVM_MODULE.search((rootdir / module).read_text()))
+            # Its name too: the quickstart's and the docs' snippets' tests run what they read.
+            cache[module] = bool(_JVM_MODULE.search(f"{module}\n{(rootdir / module).read_text()}"))
         except OSError:
             cache[module] = False
     return cache[module]
