@@ -256,6 +256,19 @@ def test_a_switchover_from_the_page(site: Site, page: Page) -> None:
     expect(member(page, "s2")).to_contain_text("root")
 
 
+def test_after_a_failover_the_new_root_tops_the_tree(site: Site, page: Page) -> None:
+    """s2, the root since the switchover, is lost and s1 takes over. Until it is resurrected
+    s2's own database still says root: the page draws the set's root, s1, at the top, and
+    s2 after it, marked dead (whatever the order of their names)."""
+    done = commands.failover(site.loc["s1"], "s2")
+    assert done.new_root == "s1"
+    sign_in(page, site, view="cascade")
+    tops = page.locator("ul.tree > li > [data-member]")
+    expect(tops.first).to_have_attribute("data-member", "s1")
+    expect(member(page, "s1")).to_contain_text("root")
+    expect(member(page, "s2")).to_contain_text("dead")
+
+
 def test_a_wrong_token_is_refused(site: Site, page: Page) -> None:
     sign_in(page, site, token="not-the-token")
     error = page.locator("#login-error")

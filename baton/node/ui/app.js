@@ -330,8 +330,11 @@ function tree(set) {
       tops.push(m);
     }
   }
-  // The root first, then the members whose provider is not in the set (dead, or unreadable).
-  tops.sort((a, b) => (a.role === "root" ? -1 : b.role === "root" ? 1 : a.name.localeCompare(b.name)));
+  // The set's root first; after a failover the old root still says "root" until it is
+  // resurrected, so it comes after (with the members whose provider is not in the set: dead,
+  // or unreadable), each group by name. One rank per member keeps the order total.
+  const rank = (m) => (m.name === set.root ? 0 : m.role === "root" && !m.dead ? 1 : 2);
+  tops.sort((a, b) => rank(a) - rank(b) || a.name.localeCompare(b.name));
   const branch = (m, depth) =>
     el("li", {}, member(set, m, depth), (children.get(m.name) || []).length ? el("ul", {}, children.get(m.name).map((c) => branch(c, depth + 1))) : null);
   return el("ul", { class: "tree" }, tops.map((m) => branch(m, 0)));
