@@ -237,12 +237,14 @@ class EtcdStore(Store):
         :mod:`baton.store.etcd_renewal`)."""
         check_name("holder", holder)
         batch = list({lease.name: lease for lease in check_same_holder(holder, leases)}.values())
-        for lease in batch:
-            check_name("lease name", lease.name)
-            check_ttl(lease.ttl)
         if not batch:
             return {}
-        return await self._renewal.renew(holder, batch)
+        return await self._renewal.renew(holder, batch, self._check_lease)
+
+    @staticmethod
+    def _check_lease(lease: Lease) -> None:
+        check_name("lease name", lease.name)
+        check_ttl(lease.ttl)
 
     async def release(self, lease: Lease, *, successor: str | None = None) -> bool:
         check_name("lease name", lease.name)

@@ -27,13 +27,16 @@ read-then-write path, which resolves the bundle.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from baton.errors import StoreUnavailable
 from baton.store import etcd_keyspace as keyspace
+from baton.store.base import Lease
 from baton.store.etcd_gateway import JSON
 from baton.store.etcd_keyspace import Keyspace, View
 
@@ -75,16 +78,32 @@ class Bundles:
         bid = self._of.get(name)
         return None if bid is None else self._by_id.get(bid)
 
-    def whole(self, holder: str, wanted: dict[str, tuple[int, int]]) -> list[Bundle]:
-        """Our bundles of ``holder`` whose every member ``wanted`` (name -> (epoch, ttl us))
-        names at the epoch and ttl it has there."""
-        out = []
-        for b in self._by_id.values():
-            if b.holder != holder or not b.members:
-                continue
-            if all(wanted.get(n) == (e, b.ttl_us) for n, e in b.members.items()):
-                out.append(b)
-        return out
+    def split(self, holder: str, batch: Sequence[Lease]) -> tuple[list[Bundle], list[Lease]]:
+        """Our bundles of ``holder`` that ``batch`` names whole (every member at the epoch and
+        ttl it has there), and the leases of ``batch`` outside them. One pass: this runs for
+        every renewal of up to 100,000 leases."""
+        named: dict[str, int] = {}
+        counted: list[tuple[Lease, str]] = []
+        outside: list[Lease] = []
+        of, by_id = self._of, self._by_id
+        for lease in batch:
+            bid = of.get(lease.name)
+            b = by_id.get(bid) if bid is not None else None
+            if (
+                b is not None
+                and b.holder == holder
+                and b.members.get(lease.name) == lease.epoch
+                and round(lease.ttl * 1_000_000) == b.ttl_us
+            ):
+                named[b.id] = named.get(b.id, 0) + 1
+                counted.append((lease, b.id))
+            else:
+                outside.append(lease)
+        whole = [by_id[bid] for bid, count in named.items() if count == len(by_id[bid].members)]
+        if len(whole) < len(named):
+            ids = {b.id for b in whole}
+            outside += [lease for lease, bid in counted if bid not in ids]
+        return whole, outside
 
     def join(self, bundle: Bundle, name: str, epoch: int) -> None:
         self.leave(name)
@@ -159,6 +178,20 @@ def touch(ks: Keyspace, view: View, bid: str) -> list[JSON]:
     return [] if value is None else [keyspace.put(key, value)]
 
 
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector around a loop that makes or walks 100,000 objects
+    without awaiting (so nothing else runs meanwhile): its full collections, set off by those
+    allocations, took half of a renewal's time (0.3 of 0.6 s for 100,000 leases)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def expiry_value(expires_us: int, ttl_us: int) -> str:
     return f"{keyspace.pad(expires_us)} {ttl_us}"
 
@@ -180,6 +213,7 @@ __all__ = [
     "expiry",
     "expiry_value",
     "nested",
+    "no_gc",
     "read_resolved",
     "touch",
     "unbundle",

@@ -66,18 +66,22 @@ class Renewal:
     def _ident(self, holder: str, epoch: int) -> str:
         return f"{holder}\n{epoch}"
 
-    async def renew(self, holder: str, batch: Sequence[Lease]) -> dict[str, Lease | None]:
-        """Renew ``batch`` (leases of ``holder``, one per name); see the module docstring."""
+    async def renew(
+        self, holder: str, batch: Sequence[Lease], check: Callable[[Lease], object]
+    ) -> dict[str, Lease | None]:
+        """Renew ``batch`` (leases of ``holder``, one per name); see the module docstring.
+        ``check`` validates a lease (raising on bad input) before anything is sent; members of
+        a bundle of ours were checked when they joined it."""
         if self._moving:
             await asyncio.wait(list(self._moving))
+        with bundles.no_gc():
+            whole, rest = self.owned.split(holder, batch)
+        for lease in rest:
+            check(lease)
         now, grant = self.now_us(), self.grant_us()
-        wanted = {x.name: (x.epoch, round(x.ttl * _US)) for x in batch}
-        whole = self.owned.whole(holder, wanted)
-        covered = {name for b in whole for name in b.members}
         by_ttl: dict[int, list[Lease]] = {}
-        for lease in batch:
-            if lease.name not in covered:
-                by_ttl.setdefault(round(lease.ttl * _US), []).append(lease)
+        for lease in rest:
+            by_ttl.setdefault(round(lease.ttl * _US), []).append(lease)
         jobs: list[Awaitable[dict[str, Lease | None]]] = []
         if whole:
             jobs.append(self._renew_whole(holder, whole, now, grant))
@@ -96,6 +100,8 @@ class Renewal:
         out: dict[str, Lease | None] = {}
         for answer in await asyncio.gather(*jobs):
             out.update(answer)
+        if len(out) == len(batch) and None not in out.values():
+            return out
         failed = [x for x in batch if out.get(x.name) is None]
         for i in range(0, len(failed), RECHECK_CHUNK):
             out.update(await self._recheck(holder, failed[i : i + RECHECK_CHUNK]))
@@ -147,10 +153,10 @@ class Renewal:
             for (b, mod, members), answer in zip(sent, answers, strict=True):
                 if answered(answer):
                     self.owned.wrote(b.id, revision, expiry_value(grant + b.ttl_us, b.ttl_us))
-                    for name, epoch in members.items():
-                        out[name] = Lease(
-                            name, holder, epoch, b.ttl_us / _US, (grant + b.ttl_us) / _US
-                        )
+                    ttl, at = b.ttl_us / _US, (grant + b.ttl_us) / _US
+                    with bundles.no_gc():
+                        for name, epoch in members.items():
+                            out[name] = Lease(name, holder, epoch, ttl, at)
                 elif b.mod != mod and self.owned.get(b.id) is b:
                     pending.append(b)
                 else:
