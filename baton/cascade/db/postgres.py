@@ -26,9 +26,11 @@ after the other, each with a snapshot taken after the previous tick committed (t
 are READ COMMITTED, so every statement takes a fresh snapshot once the lock is held).
 Application transactions that write captured tables take no such lock.
 
-**Capture.** One PL/pgSQL trigger function, ``baton_capture(key columns...)``, writes each row
-change in the writer's transaction: ``ev_key`` holds the key columns in key order and ``ev_data``
-the whole row (``row_to_json``: columns in table order, compact like SQLite's ``json_object``).
+**Capture.** One PL/pgSQL function, ``baton_capture_stmt(key columns...)``, run by three
+statement-level triggers per table (insert, update, delete), writes every row change of a
+statement in the writer's transaction with one ``INSERT ... SELECT`` from the statement's
+transition tables: ``ev_key`` holds the key columns in key order and ``ev_data`` the whole row
+(``row_to_json``: columns in table order, compact like SQLite's ``json_object``).
 It pins ``extra_float_digits`` so that doubles are written with the shortest text that reads
 back to the same value whatever the writer's session says; timestamps travel as ISO 8601
 strings, which the upsert casts back.
@@ -88,6 +90,8 @@ _EVENT_COLS = "ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_t
 _TICK_COLS = "tick_id, ev_high, snapshot, tick_time, tick_local"
 #: Rows fetched per round trip when streaming events.
 _FETCH = 2000
+#: The statement-level capture function (an older baton's row-level one is ``baton_capture``).
+CAPTURE_FUNCTION = "baton_capture_stmt"
 
 _SCHEMA = """
 CREATE SEQUENCE IF NOT EXISTS baton_event_id_seq;
@@ -132,51 +136,74 @@ CREATE TABLE IF NOT EXISTS baton_table (
 """
 
 # SECURITY DEFINER: writers of captured tables need no privilege on baton_event (as PgQ does);
-# hence the pinned search_path and the schema-qualified table. The key is built by hand from the
-# row's JSON so that it stays compact and in key order (json_build_object adds spaces, jsonb
-# reorders keys), and the same key always has the same text (apply groups events by it).
-_CAPTURE_FN = """
-CREATE OR REPLACE FUNCTION {schema}.baton_capture() RETURNS trigger
+# hence the pinned search_path and the schema-qualified table. A statement-level trigger: one
+# call and one INSERT ... SELECT per statement, reading the rows the statement changed from its
+# transition tables, where a row trigger paid a call (and the SET clauses) and two or three
+# queries per row. Rows are numbered in the transition tables' own order (the order in which
+# the statement changed them, the order the row triggers fired in), and an UPDATE's old and new
+# tables hold the same rows in the same order, so the n-th old row is the n-th new row's
+# before-image. Events get their ids in that order (volatile defaults are evaluated after the
+# ORDER BY). The key is built by hand from the row's JSON so that it stays compact and in key
+# order (json_build_object adds spaces, jsonb reorders keys), and the same key always has the
+# same text (apply groups events by it).
+_KEY = (
+    "(SELECT '{{{{' || coalesce(string_agg(to_json(k.c)::text || ':' || ({row} -> k.c)::text, "
+    "',' ORDER BY k.n), '') || '}}}}' FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n))"
+)
+_CAPTURE_FN = f"""
+CREATE OR REPLACE FUNCTION {{schema}}.{CAPTURE_FUNCTION}() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET extra_float_digits = 3
 AS $baton$
 DECLARE
-    txid bigint := pg_current_xact_id()::text::bigint;
-    new_row json;
-    new_key text;
-    old_key text;
+    txid bigint;
 BEGIN
     IF current_setting('baton.merging', true) = 'on' THEN
         RETURN NULL;  -- a merge-leaf writing rows: it queues the partition's own events
     END IF;
-    IF TG_OP <> 'INSERT' THEN
-        SELECT '{{' || coalesce(string_agg(to_json(k.c)::text || ':'
-                   || (row_to_json(OLD) -> k.c)::text, ',' ORDER BY k.n), '') || '}}'
-          INTO old_key FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n);
-    END IF;
-    IF TG_OP = 'DELETE' THEN
-        INSERT INTO {schema}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key)
-        VALUES (txid, extract(epoch FROM clock_timestamp())::float8, 'D', TG_TABLE_NAME, old_key);
-        RETURN NULL;
-    END IF;
-    new_row := row_to_json(NEW);
-    SELECT '{{' || coalesce(string_agg(to_json(k.c)::text || ':'
-               || (new_row -> k.c)::text, ',' ORDER BY k.n), '') || '}}'
-      INTO new_key FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n);
-    IF TG_OP = 'UPDATE' AND old_key IS DISTINCT FROM new_key THEN
+    txid := pg_current_xact_id()::text::bigint;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO {{schema}}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data)
+        SELECT txid, extract(epoch FROM clock_timestamp())::float8, 'I', TG_TABLE_NAME,
+               {_KEY.format(row="r.j")}, r.j::text
+          FROM (SELECT row_number() OVER () AS n, row_to_json(t.*) AS j FROM baton_new t) r
+         ORDER BY r.n;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO {{schema}}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key)
+        SELECT txid, extract(epoch FROM clock_timestamp())::float8, 'D', TG_TABLE_NAME,
+               {_KEY.format(row="r.j")}
+          FROM (SELECT row_number() OVER () AS n, row_to_json(t.*) AS j FROM baton_old t) r
+         ORDER BY r.n;
+    ELSE
         -- A key change is an update of another row: delete the old key, then write the new.
-        INSERT INTO {schema}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key)
-        VALUES (txid, extract(epoch FROM clock_timestamp())::float8, 'D', TG_TABLE_NAME, old_key);
+        INSERT INTO {{schema}}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data)
+        WITH o AS (SELECT row_number() OVER () AS n, row_to_json(t.*) AS j FROM baton_old t),
+             w AS (SELECT row_number() OVER () AS n, row_to_json(t.*) AS j FROM baton_new t),
+             p AS (SELECT w.n, {_KEY.format(row="o.j")} AS old_key,
+                          {_KEY.format(row="w.j")} AS new_key, w.j
+                     FROM o JOIN w ON o.n = w.n)
+        SELECT txid, extract(epoch FROM clock_timestamp())::float8, e.ty, TG_TABLE_NAME,
+               e.key, e.data
+          FROM (SELECT n, 0 AS s, 'D' AS ty, old_key AS key, NULL::text AS data FROM p
+                 WHERE old_key IS DISTINCT FROM new_key
+                UNION ALL
+                SELECT n, 1, 'U', new_key, j::text FROM p) e
+         ORDER BY e.n, e.s;
     END IF;
-    INSERT INTO {schema}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data)
-    VALUES (txid, extract(epoch FROM clock_timestamp())::float8,
-            CASE TG_OP WHEN 'INSERT' THEN 'I' ELSE 'U' END, TG_TABLE_NAME, new_key,
-            new_row::text);
     RETURN NULL;
 END
 $baton$
 """
+
+#: The capture triggers, one per kind of change (a trigger with transition tables may have only
+#: one event), and the transition tables each names. Triggers whose name starts with
+#: ``baton_capture`` are baton's: an older baton installed one row trigger ``baton_capture``.
+_CAPTURE_TRIGGERS = (
+    ("baton_capture_i", "INSERT", "NEW TABLE AS baton_new"),
+    ("baton_capture_u", "UPDATE", "OLD TABLE AS baton_old NEW TABLE AS baton_new"),
+    ("baton_capture_d", "DELETE", "OLD TABLE AS baton_old"),
+)
 
 _PASSWORD = re.compile(r"://[^:/@]*:(?P<pw>[^@/]*)@")
 
@@ -825,17 +852,35 @@ class PostgresNodeDB(NodeDB):
         return list(zip(starts, ends, strict=True))
 
     def capture(self, cur: Any, table: str, on: bool) -> None:
+        """Install (``on``) or drop ``table``'s capture triggers. Installing drops whatever
+        capture the table had first, the row trigger of an older baton included, and defines
+        the capture function afresh: a node installed by an older baton gets the current one
+        the next time its tables are captured (``add-table`` at the root, a promotion,
+        ``execute``)."""
         _, pk = self.columns(table)
         t = _name(table)
-        cur.execute(sql.SQL("DROP TRIGGER IF EXISTS baton_capture ON {}").format(t))
+        schema = sql.Identifier(self.schema)
+        for name in ("baton_capture", *(n for n, _, _ in _CAPTURE_TRIGGERS)):
+            cur.execute(sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(sql.Identifier(name), t))
         if not on:
             return
-        cur.execute(
-            sql.SQL(
-                "CREATE TRIGGER baton_capture AFTER INSERT OR UPDATE OR DELETE ON {} "
-                "FOR EACH ROW EXECUTE FUNCTION {}.baton_capture({})"
-            ).format(t, sql.Identifier(self.schema), sql.SQL(", ").join(map(sql.Literal, pk)))
-        )
+        cur.execute(sql.SQL(_CAPTURE_FN).format(schema=schema))
+        keys = sql.SQL(", ").join(map(sql.Literal, pk))
+        for name, event, tables in _CAPTURE_TRIGGERS:
+            cur.execute(
+                sql.SQL(
+                    "CREATE TRIGGER {} AFTER {} ON {} REFERENCING {} "
+                    "FOR EACH STATEMENT EXECUTE FUNCTION {}.{}({})"
+                ).format(
+                    sql.Identifier(name),
+                    sql.SQL(event),
+                    t,
+                    sql.SQL(tables),
+                    schema,
+                    sql.Identifier(CAPTURE_FUNCTION),
+                    keys,
+                )
+            )
 
     def _deny_has_code(self) -> bool:
         """Whether the guard function raises :data:`DENY_SQLSTATE` (one installed by an older
@@ -1049,7 +1094,7 @@ class PostgresNodeDB(NodeDB):
             "SELECT c.relname, t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
             "WHERE NOT t.tgisinternal AND t.tgenabled IN ('O', 'A') "
             "AND c.relnamespace = current_schema()::regnamespace "
-            "AND t.tgname NOT IN ('baton_capture', 'baton_deny') "
+            "AND left(t.tgname, 13) <> 'baton_capture' AND t.tgname <> 'baton_deny' "
             "AND left(c.relname, 6) <> 'baton_' "
             "ORDER BY c.relname, t.tgname"
         )
