@@ -95,6 +95,7 @@ class Leadership:
             store,
             registry,
             forwarder=forwarder,
+            metrics=metrics,
             timings=timings,
             clock=clock,
             tasks=tasks,

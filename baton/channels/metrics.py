@@ -42,10 +42,21 @@ class ChannelMetrics:
         )
         self.delivery = Histogram(
             "baton_channel_delivery_seconds",
-            "From the upstream yielding a publication to this node writing it to a subscriber",
+            "From the upstream yielding a publication to this node writing it to a subscriber "
+            "that was behind (the frame waited in the connection's queue)",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
+        self.fanout = Histogram(
+            "baton_channel_fanout_seconds",
+            "Per publication: from the upstream yielding it to this node having handed it to "
+            "every subscriber's connection (written, or queued behind a subscriber that is behind)",
+            buckets=(
+                0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25,
+                0.5, 1.0, 2.5,
+            ),
+            registry=r,
+        )  # fmt: skip
 
     def count(self, streams: Iterable[Stream]) -> None:
         """Set the subscriber gauges from ``streams`` (subscribes still running not counted)."""

@@ -24,6 +24,7 @@ from baton.transport import local_address
 
 from .config import ChannelTimings
 from .forward import Forwarder
+from .metrics import ChannelMetrics
 from .protocol import Gap, Pub, Since, Subscribe, Subscribed, Unsubscribed, dumps, parse_node_frame
 from .stream import Registry, Stream, Tasks, lease_name
 
@@ -46,6 +47,7 @@ class Relays:
         registry: Registry,
         *,
         forwarder: Forwarder,
+        metrics: ChannelMetrics,
         timings: ChannelTimings,
         clock: Clock,
         tasks: Tasks,
@@ -58,6 +60,7 @@ class Relays:
         self.store = store
         self.registry = registry
         self.forwarder = forwarder
+        self.metrics = metrics
         self.timings = timings
         self.clock = clock
         self.tasks = tasks
@@ -149,6 +152,8 @@ class Relays:
             stream.offset = frame.offset
             # The leader's own text goes on: what it sent is what every subscriber gets.
             stream.deliver(frame, raw)
+            if isinstance(frame, Pub) and frame.ts is not None:
+                self.metrics.fanout.observe(max(0.0, self.clock.time() - frame.ts))
             return False
         if isinstance(frame, Unsubscribed):
             ended = ChannelError.from_code(frame.code, frame.reason)

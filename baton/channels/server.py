@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -56,11 +58,31 @@ class Connection:
         self.queue: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue(hub.config.queue)
         self.closing: tuple[int, str] | None = None
         self.wake = asyncio.Event()
+        #: A send that had to wait for the socket; frames queue behind it meanwhile.
+        self.inflight: asyncio.Future[None] | None = None
+        #: The writer is sending queued frames (a frame sent now would overtake them).
+        self.flushing = False
+        #: A send failed: the connection is over.
+        self.broken = False
         #: Set once the close frame went out, or the connection ended.
         self.ended = asyncio.Event()
 
     def send(self, text: str, ts: float | None = None) -> None:
-        if self.closing is not None:
+        if self.closing is not None or self.broken:
+            return
+        if self.queue.empty() and not self.flushing and self.inflight is None:
+            # The fan-out's fast path: nothing is waiting for this connection, so the frame
+            # goes to the socket now, in the caller's loop, without waking a task per
+            # subscriber. It only suspends when the socket's write buffer is full (the
+            # subscriber is behind): then it finishes in a task and what comes next waits in
+            # the bounded queue behind it.
+            try:
+                self.inflight = start_now(self.ws.send_text(text))
+            except Exception:
+                self._broke()
+                return
+            if self.inflight is not None:
+                self.inflight.add_done_callback(self._sent)
             return
         try:
             self.queue.put_nowait((text, ts))
@@ -73,6 +95,18 @@ class Connection:
                 "reconnect and subscribe with since",
             )
             return
+        self.wake.set()
+
+    def _sent(self, task: asyncio.Future[None]) -> None:
+        """A send that had to wait for the socket is done: the queue's turn."""
+        self.inflight = None
+        if task.cancelled() or task.exception() is not None:
+            self._broke()
+        self.wake.set()
+
+    def _broke(self) -> None:
+        """The socket failed under a send: end the writer (the reader then sees the end)."""
+        self.broken = True
         self.wake.set()
 
     def close(self, code: int, reason: str) -> None:
@@ -102,7 +136,11 @@ class Connection:
                 metric.observe(max(0.0, now - ts))
 
     async def writer(self) -> None:
-        while True:
+        while not self.broken:
+            if self.inflight is not None:
+                # Frames queued behind a send still waiting for the socket go after it.
+                await asyncio.wait([self.inflight])
+                continue
             if self.closing is not None:
                 # Frames queued before the close go first (an ``unsubscribed`` says why).
                 await self._flush()
@@ -116,7 +154,46 @@ class Connection:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            await self._flush()
+            self.flushing = True
+            try:
+                await self._flush()
+            finally:
+                self.flushing = False
+
+
+def start_now(coro: Coroutine[Any, Any, None]) -> asyncio.Future[None] | None:
+    """Run ``coro`` now, up to its first suspension (what an eager task does from Python
+    3.12 on): None when it finished without suspending, else a task that finishes it. An
+    exception raised before the first suspension is raised here."""
+    try:
+        waiting = coro.send(None)
+    except StopIteration:
+        return None
+    return asyncio.ensure_future(_resume(coro, waiting))
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Drive ``coro`` on, as a task would, from the future it suspended on."""
+    while True:
+        try:
+            if waiting is None:
+                await asyncio.sleep(0)  # a bare yield: give the loop one turn
+            else:
+                # What a task's step does with a future its coroutine yields: take the
+                # "blocking" mark off (awaiting a future that carries it is refused), then
+                # wait for it here on the coroutine's behalf.
+                waiting._asyncio_future_blocking = False
+                await waiting
+        except BaseException as exc:
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                waiting = coro.send(None)
+            except StopIteration:
+                return
 
 
 async def serve(ws: WebSocket, hub: ChannelHub) -> None:
@@ -216,4 +293,4 @@ def _unsub(channel: str, code: int, reason: str) -> str:
     return dumps(Unsubscribed(channel=channel, code=code, reason=" ".join(reason.split())))
 
 
-__all__ = ["Connection", "serve", "short"]
+__all__ = ["Connection", "serve", "short", "start_now"]

@@ -118,6 +118,8 @@ class Upstreams:
             return False
         stream.offset = frame.offset
         stream.deliver(frame, dumps(frame))
+        if isinstance(frame, Pub) and frame.ts is not None:
+            self.metrics.fanout.observe(max(0.0, self.clock.time() - frame.ts))
         return True
 
     async def watchdog(self) -> None:

@@ -40,6 +40,10 @@ async def serve(config: NodeConfig) -> None:
             log_config=None,  # baton's key=value logs; uvicorn's access log would be noise
             access_log=False,
             lifespan="off",
+            # No permessage-deflate: it keeps a compressor per connection, so a channel's
+            # publication would be compressed once per subscriber (the fan-out's largest
+            # per-subscriber cost) to save a few bytes on frames of a hundred.
+            ws_per_message_deflate=False,
             # A request still running at a stop (a peer's call) must not keep the node from
             # releasing its leases: give it a moment, then go on.
             timeout_graceful_shutdown=max(1, round(agent.timings.request_timeout * 4)),

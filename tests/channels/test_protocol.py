@@ -289,8 +289,10 @@ def test_cli_subscribe_and_channels(node: tuple[LocalCluster, Subscriber]) -> No
     # (Channels of the fuzz above may still be lingering: at least the healthy one.)
     upstreams = re.search(r"^baton_channel_upstreams{node=\"n0\"} ([0-9.]+)$", metrics, re.M)
     assert upstreams is not None and float(upstreams.group(1)) >= 1
-    delivered = r"^baton_channel_delivery_seconds_count{node=\"n0\"} ([0-9.e+]+)$"
-    count = re.search(delivered, metrics, re.M)
+    # One observation per publication and node: from the upstream yielding it to its frame
+    # handed to every subscriber's connection.
+    fanned = r"^baton_channel_fanout_seconds_count{node=\"n0\"} ([0-9.e+]+)$"
+    count = re.search(fanned, metrics, re.M)
     assert count is not None and float(count.group(1)) > 0
     # Refused and bad input: one line on stderr, no traceback.
     bad = subprocess.run(
