@@ -265,10 +265,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     say(console(res))
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(document(res))
+        output.write_text(with_kept(document(res), output))
         say(f"wrote {output}")
     say(f"done in {res.duration / 60:.1f} min")
     return 1 if res.errors else 0
+
+
+#: Everything after this line of docs/benchmarks.md is measured by commands of its own (each
+#: section names its command); a full run keeps it when it writes the rest of the file again.
+KEPT = (
+    "<!-- Sections below are measured by their own commands (each names it); a full "
+    "`make bench` rewrites everything above this line and keeps them. -->"
+)
+
+
+def with_kept(text: str, output: Path) -> str:
+    """``text`` (a full run's report), followed by the kept part of the file it replaces."""
+    try:
+        before = output.read_text()
+    except OSError:
+        return text
+    at = before.find(KEPT)
+    return text if at < 0 else f"{text.rstrip()}\n\n{before[at:]}"
 
 
 if __name__ == "__main__":
