@@ -72,6 +72,9 @@ log = logging.getLogger("baton.channels")
 #: Attempts of one subscribe when the leader does not answer or changes meanwhile.
 RETRIES = 3
 
+#: A survey under way: channel, this node's role and the leader it asks, user, epoch.
+SurveyKey = tuple[str, Role, str | None, User, int]
+
 
 class ChannelHub:
     """The channels of node ``node``. ``address`` is this node's advertised ``host:port``."""
@@ -119,6 +122,8 @@ class ChannelHub:
         self._loops: list[asyncio.Task[None]] = []
         #: Every open connection (subscribed or not), closed with 1001 at a stop.
         self._sinks: set[Sink] = set()
+        #: Surveys under way, shared by the subscribers of one user that arrive meanwhile.
+        self._surveys: dict[SurveyKey, asyncio.Future[Survey]] = {}
 
     @property
     def streams(self) -> dict[str, Stream]:
@@ -346,10 +351,35 @@ class ChannelHub:
     async def _initial(
         self, stream: Stream, user: User, epoch: int, since: int | None = None
     ) -> Survey:
-        if stream.role == Role.LEADER:
-            return await self.survey(stream.name, user, epoch)
-        assert stream.leader is not None
-        return await self.forwarder.survey(stream.leader, stream.name, user, epoch, since)
+        if since is not None and stream.role != Role.LEADER:
+            # A subscriber coming back asks for what it missed after its own offset.
+            assert stream.leader is not None
+            return await self.forwarder.survey(stream.leader, stream.name, user, epoch, since)
+        # Subscribers of one user arriving while a survey for that user is under way share
+        # it: its data is computed at the leader after the survey was asked, and every
+        # publication after its offset follows from the history, so a subscriber that joins
+        # it is in the state it would be in had it subscribed at that moment. A burst of
+        # subscribes then costs a few surveys (and lease renewals, and forwarded requests)
+        # instead of one each.
+        key = (stream.name, stream.role, stream.leader, user, epoch)
+        shared = self._surveys.get(key)
+        if shared is None:
+            if stream.role == Role.LEADER:
+                shared = asyncio.ensure_future(self.survey(stream.name, user, epoch))
+            else:
+                assert stream.leader is not None
+                shared = asyncio.ensure_future(
+                    self.forwarder.survey(stream.leader, stream.name, user, epoch, None)
+                )
+            self._surveys[key] = shared
+            shared.add_done_callback(lambda done: self._forget_survey(key, done))
+        return await asyncio.shield(shared)
+
+    def _forget_survey(self, key: SurveyKey, done: asyncio.Future[Survey]) -> None:
+        if self._surveys.get(key) is done:
+            del self._surveys[key]
+        if not done.cancelled():
+            done.exception()  # retrieved: every subscriber that shared it got it already
 
     async def survey(
         self, channel_name: str, user: User, epoch: int, since: int | None = None

@@ -2,15 +2,25 @@
 (:func:`baton.channels.server.start_now`), and only a send that has to wait for the socket
 finishes in a task of its own. What must hold: a send that does not wait is done on return,
 with nothing left to schedule; one that waits has run up to the wait, and its task finishes it
-with what it waited for, or with the error or the cancellation it met."""
+with what it waited for, or with the error or the cancellation it met. And the subscribe
+burst's side: subscribers arriving while a survey is under way share it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, User
 from baton.channels.server import start_now
+from baton.store import open_store
+from baton.testing.clock import ManualClock
+from tests.channels.test_hub_timers import _hub, _kinds
+from tests.channels.test_lifecycle import Frames
 
 
 async def test_a_send_that_does_not_wait_is_done_on_return() -> None:
@@ -77,3 +87,59 @@ async def test_cancelling_a_waiting_send_cancels_the_wait_inside_it() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert cleaned == [True]
+
+
+class Gated(Handler):
+    """A handler whose initial data waits for a gate, and counts how often it is asked."""
+
+    asked = 0
+    gate: asyncio.Event | None = None
+
+    async def subscribe(self, ctx: Context, user: User, channel: Channel) -> Any:
+        Gated.asked += 1
+        assert Gated.gate is not None
+        await Gated.gate.wait()
+        return {"asked": Gated.asked}
+
+    async def run(self, ctx: Context, channel: Channel) -> AsyncIterator[Any]:
+        n = 0
+        while not ctx.stopping.is_set():
+            await ctx.clock.sleep(0.5)
+            n += 1
+            yield {"n": n}
+
+
+async def test_subscribers_arriving_during_a_survey_share_it(tmp_path: Path) -> None:
+    """A burst of subscribes of one user costs one survey (one initial data, one lease
+    renewal): those that arrive while it is under way get its answer, and then every
+    publication after its offset, once each."""
+    clock = ManualClock()
+    Gated.asked = 0
+    Gated.gate = asyncio.Event()
+    config = {"handlers": {"gated": f"{__name__}:Gated"}}
+    async with open_store(f"sqlite://{tmp_path / 'store.db'}") as s:
+        hub = await _hub(s, clock, **config)
+        try:
+            channel = "gated:burst"
+            sinks = [Frames() for _ in range(10)]
+            first = asyncio.ensure_future(hub.subscribe(sinks[0], channel, CLUSTER_USER, None))
+            await clock.run_until(lambda: Gated.asked == 1, limit=5.0)
+            rest = [
+                asyncio.ensure_future(hub.subscribe(sink, channel, CLUSTER_USER, None))
+                for sink in sinks[1:]
+            ]
+            await asyncio.sleep(0)  # the others reach the survey under way
+            Gated.gate.set()
+            await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+            assert Gated.asked == 1
+            await clock.run_until(
+                lambda: all(_kinds(sink).count("pub") >= 3 for sink in sinks), limit=10.0
+            )
+            for sink in sinks:
+                lines = [json.loads(x) for t in sink.texts for x in t.split("\n")]
+                assert lines[0]["type"] == "subscribed" and lines[0]["data"] == {"asked": 1}
+                offsets = [x["offset"] for x in lines[1:] if x["type"] == "pub"]
+                # After the survey's offset, each publication once and in order.
+                assert offsets == list(range(lines[0]["offset"] + 1, offsets[-1] + 1))
+        finally:
+            await hub.stop()
