@@ -18,7 +18,15 @@ row, as many applications write) into ``accounts``, timed on the client. Variant
 Every variant runs ``--repeat`` times, interleaved (A B C A B C ...), and the best and median
 changes/s are printed, with the ratio of baton to PgQ.
 
+``--roots``: the cascade benchmarks' "writing 1M changes at the root" row, both systems in one
+run: a Londiste 3 cascade as :mod:`bench.londiste` sets it up (``pgqd`` ticking, the
+subscribers' workers stopped, as its throughput measurement has them while it writes) and, on
+the same server, a baton root whose ticker runs as ``baton cascade run`` runs it (the default
+:class:`~baton.cascade.ticker.TickerConfig`), written to alternately with
+:func:`bench.accounts_load.generate` (``--changes`` each, default 1M).
+
     .venv/bin/python -m bench.capture_cost [--changes 200000] [--repeat 3] [--single-row]
+    .venv/bin/python -m bench.capture_cost --roots [--changes 1000000] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,8 +42,10 @@ from pathlib import Path
 import psycopg
 
 from baton.cascade import node_ops
+from baton.cascade.db import open_node_db
+from baton.cascade.ticker import TickerConfig, tick_once
 from baton.testing.servers import PostgresServer
-from bench import accounts_load
+from bench import accounts_load, londiste
 from bench.common import loadavg, temp_dir
 
 _EMPTY = """
@@ -146,6 +157,43 @@ def measure(
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def _ticker(url: str, stop: threading.Event) -> None:
+    """The root's ticker, as a node service runs it: a tick when one is due, every period."""
+    cfg = TickerConfig()
+    while not stop.wait(cfg.period):
+        with open_node_db(url) as db:
+            tick_once(db, cfg, time.time())
+
+
+def roots(changes: int, repeat: int) -> dict[str, list[float]]:
+    """Changes/s written at a Londiste root and a baton root (see the module docstring)."""
+    out: dict[str, list[float]] = {"baton": [], "londiste": []}
+    with temp_dir("roots") as directory:
+        cascade = londiste.Cascade(directory, londiste.Settings())
+        try:
+            cascade.start()
+            cascade.stop_workers("branch", "leaf")
+            with psycopg.connect(cascade.server.url, autocommit=True) as admin:
+                admin.execute("CREATE DATABASE b_root")
+            url = cascade.server.url.rsplit("/", 1)[0] + "/b_root"
+            _baton_setup(url)
+            stop = threading.Event()
+            ticker = threading.Thread(target=_ticker, args=(url, stop), daemon=True)
+            ticker.start()
+            try:
+                for r in range(repeat):
+                    for name, target in (("baton", url), ("londiste", cascade.url("root"))):
+                        start = time.perf_counter()
+                        written = accounts_load.generate(target, changes, seed=100 + r)
+                        out[name].append(written / (time.perf_counter() - start))
+            finally:
+                stop.set()
+                ticker.join()
+        finally:
+            cascade.stop()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=200_000)
@@ -154,7 +202,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
     )
+    parser.add_argument("--roots", action="store_true", help="baton and Londiste roots")
     args = parser.parse_args(argv)
+    if args.roots:
+        by_system = roots(args.changes, args.repeat)
+        print(f"{args.changes:,} changes per round, {args.repeat} rounds, load {loadavg():.1f}")
+        for name, values in by_system.items():
+            print(f"{name:<9} " + "  ".join(f"{v:,.0f}/s" for v in values))
+        ratio = statistics.median(by_system["baton"]) / statistics.median(by_system["londiste"])
+        print(f"baton / londiste (medians): {ratio:.2f}x")
+        return
     variants = [v for v in args.variants.split(",") if v != "pgq" or _pgq_available()]
     results: dict[str, list[float]] = {v: [] for v in variants}
     with temp_dir("capture") as directory, PostgresServer(directory / "pg") as server:

@@ -278,8 +278,11 @@ def test_capture_of_multi_row_statements(nodes: Backend) -> None:
 
 
 def test_capture_with_columns_named_like_its_own_aliases(nodes: Backend) -> None:
+    """Columns named like the capture's own names, and a key of two columns (in key order)."""
     location = nodes.new()
-    nodes.sql(location, "CREATE TABLE odd (t text, n bigint PRIMARY KEY, j text, txid bigint)")
+    nodes.sql(
+        location, "CREATE TABLE odd (t text, n bigint, j text, txid bigint, PRIMARY KEY (n, t))"
+    )
     with open_node_db(location) as d:
         d.install()
         with d.transaction() as cur:
@@ -294,11 +297,11 @@ def test_capture_with_columns_named_like_its_own_aliases(nodes: Backend) -> None
         t2 = must_tick(d)
         events = list(d.batch_events(t1.tick_id, t2.tick_id))
     assert shape(events) == [
-        ("I", "odd", '{"n":1}', {"t": "a", "n": 1, "j": "b", "txid": 7}),
-        ("I", "odd", '{"n":2}', {"t": "c", "n": 2, "j": "d", "txid": 8}),
-        ("D", "odd", '{"n":2}', None),
-        ("U", "odd", '{"n":3}', {"t": "moved", "n": 3, "j": "d", "txid": 8}),
-        ("D", "odd", '{"n":1}', None),
+        ("I", "odd", '{"n":1,"t":"a"}', {"t": "a", "n": 1, "j": "b", "txid": 7}),
+        ("I", "odd", '{"n":2,"t":"c"}', {"t": "c", "n": 2, "j": "d", "txid": 8}),
+        ("D", "odd", '{"n":2,"t":"c"}', None),
+        ("U", "odd", '{"n":3,"t":"moved"}', {"t": "moved", "n": 3, "j": "d", "txid": 8}),
+        ("D", "odd", '{"n":1,"t":"a"}', None),
     ]
 
 

@@ -139,16 +139,20 @@ CREATE TABLE IF NOT EXISTS baton_table (
 # hence the pinned search_path and the schema-qualified table. A statement-level trigger: one
 # call and one INSERT ... SELECT per statement, reading the rows the statement changed from its
 # transition tables, where a row trigger paid a call (and the SET clauses) and two or three
-# queries per row. Rows are numbered in the transition tables' own order (the order in which
-# the statement changed them, the order the row triggers fired in), and an UPDATE's old and new
-# tables hold the same rows in the same order, so the n-th old row is the n-th new row's
-# before-image. Events get their ids in that order (volatile defaults are evaluated after the
-# ORDER BY). The key is built by hand from the row's JSON so that it stays compact and in key
-# order (json_build_object adds spaces, jsonb reorders keys), and the same key always has the
-# same text (apply groups events by it).
+# queries per row. A transition table is read in its own order (the order in which the
+# statement changed the rows, the order row triggers fire in): a plain scan of it feeds the
+# INSERT, which takes the event ids in that order (OFFSET 0 keeps the row's JSON from being
+# built twice). An UPDATE's old and new tables hold the same rows in the same order, so the n-th
+# old row is the n-th new row's before-image: both are numbered and joined, and the events
+# sorted by that number (volatile defaults are evaluated after the ORDER BY). The key is built
+# by hand from the row's JSON so that it stays compact and in key order (json_build_object
+# adds spaces, jsonb reorders keys), and the same key always has the same text (apply groups
+# events by it); a one-column key without a subquery per row.
 _KEY = (
-    "(SELECT '{{{{' || coalesce(string_agg(to_json(k.c)::text || ':' || ({row} -> k.c)::text, "
-    "',' ORDER BY k.n), '') || '}}}}' FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n))"
+    "CASE WHEN key1 IS NULL THEN (SELECT '{{{{' || coalesce(string_agg(to_json(k.c)::text "
+    "|| ':' || ({row} -> k.c)::text, ',' ORDER BY k.n), '') || '}}}}' "
+    "FROM unnest(TG_ARGV) WITH ORDINALITY AS k(c, n)) "
+    "ELSE prefix || ({row} -> key1)::text || '}}}}' END"
 )
 _CAPTURE_FN = f"""
 CREATE OR REPLACE FUNCTION {{schema}}.{CAPTURE_FUNCTION}() RETURNS trigger
@@ -158,23 +162,27 @@ SET extra_float_digits = 3
 AS $baton$
 DECLARE
     txid bigint;
+    key1 text;  -- the key column when the key is one column (else NULL)
+    prefix text;  -- then its name as the key's JSON text starts with it
 BEGIN
     IF current_setting('baton.merging', true) = 'on' THEN
         RETURN NULL;  -- a merge-leaf writing rows: it queues the partition's own events
     END IF;
     txid := pg_current_xact_id()::text::bigint;
+    IF TG_NARGS = 1 THEN
+        key1 := TG_ARGV[0];
+        prefix := '{{{{' || to_json(key1)::text || ':';
+    END IF;
     IF TG_OP = 'INSERT' THEN
         INSERT INTO {{schema}}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data)
         SELECT txid, extract(epoch FROM clock_timestamp())::float8, 'I', TG_TABLE_NAME,
                {_KEY.format(row="r.j")}, r.j::text
-          FROM (SELECT row_number() OVER () AS n, row_to_json(t.*) AS j FROM baton_new t) r
-         ORDER BY r.n;
+          FROM (SELECT row_to_json(t.*) AS j FROM baton_new t OFFSET 0) r;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO {{schema}}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key)
         SELECT txid, extract(epoch FROM clock_timestamp())::float8, 'D', TG_TABLE_NAME,
                {_KEY.format(row="r.j")}
-          FROM (SELECT row_number() OVER () AS n, row_to_json(t.*) AS j FROM baton_old t) r
-         ORDER BY r.n;
+          FROM (SELECT row_to_json(t.*) AS j FROM baton_old t OFFSET 0) r;
     ELSE
         -- A key change is an update of another row: delete the old key, then write the new.
         INSERT INTO {{schema}}.baton_event (ev_txid, ev_time, ev_type, ev_table, ev_key, ev_data)
