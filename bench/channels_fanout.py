@@ -264,6 +264,20 @@ def _merge(result: Result, parts: list[dict[str, Any]]) -> None:
         result.e2e_last_p99_ms = quantile(list(last.values()), 0.99) * 1000
 
 
+def _metrics_text(c: LocalCluster, node: str) -> str:
+    """A node's ``/metrics``, asked again while a loaded node is slow to answer."""
+    import httpx
+
+    for _ in range(5):
+        with contextlib.suppress(httpx.TimeoutException):
+            return httpx.get(
+                f"{c.node(node).url}/metrics",
+                headers={"authorization": f"Bearer {c.token}"},
+                timeout=30,
+            ).text
+    raise TimeoutError(f"node {node} did not answer /metrics")
+
+
 def _hist(text: str, name: str) -> dict[float, float]:
     """Cumulative bucket counts of a histogram in a Prometheus text exposition."""
     out: dict[float, float] = {}
@@ -348,7 +362,7 @@ def run_baton(
             reads: list[dict[str, dict[float, float]]] = []
 
             def mark() -> None:
-                reads.append({n: _hist(c.node(n).get("/metrics").text, metric) for n in names})
+                reads.append({n: _hist(_metrics_text(c, n), metric) for n in names})
 
             _window(rx, res, warmup, pids, mark)
             # The window's publications: the histogram read as it starts and as it ends.
