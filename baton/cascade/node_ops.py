@@ -22,7 +22,7 @@ from baton.cascade.db import NodeDB, open_node_db
 from baton.cascade.db.base import split_location
 from baton.cascade.model import ROW_TYPES, Event, NodeState, Role, TableCopy
 from baton.cascade.queue_events import QUEUE_ONLY
-from baton.errors import CascadeInputError, Refused
+from baton.errors import CascadeInputError, FencedOut, Refused
 
 #: A node or set name (the node API's schema uses the same pattern).
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
@@ -274,7 +274,9 @@ def copy_ready(location: str, table: str) -> bool:
         return prov.tables().get(table) == "ok"
 
 
-def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
+def copy_table(
+    location: str, table: str, read: RowReader = direct_rows, *, epoch: int | None = None
+) -> str:
     """Copy a ``copying`` table from the provider: note the provider's tick T, read its rows
     (at T or later) with the ids of the events after T they already show (see
     :data:`RowReader`), write them, and catch up from T. Each event is applied exactly once:
@@ -285,7 +287,13 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
     the node's position covers T and those events, ``catching-up`` until then. Resumable: a
     re-run copies afresh. The new state; ``copying`` still when the provider's own copy of the
     table is not whole yet (see :func:`copy_ready`): nothing is copied then, and the caller
-    tries again later."""
+    tries again later.
+
+    The rows are written only if, in the writing transaction, the table is still ``copying``
+    from the same provider: another copier (a worker that took over while this one read) may
+    have copied it and applied batches since, and writing an older copy over them would apply
+    those row versions again. A worker passes its ``epoch``: a newer one's claim on the node
+    refuses the write (:class:`FencedOut`), as it refuses a stale worker's batches."""
     with open_node_db(location) as db:
         st = db.state()
         if db.tables().get(table) != "copying":
@@ -301,6 +309,15 @@ def copy_table(location: str, table: str, read: RowReader = direct_rows) -> str:
             tick = base.tick_id if base else 0
             copy = read(prov.location, table, tick)
             with db.transaction() as cur:
+                now_st = db.state()
+                if epoch is not None and now_st.epoch > epoch:
+                    raise FencedOut(
+                        f"worker epoch {epoch} is stale: epoch {now_st.epoch} already claimed "
+                        f"{now_st.name}; its copy of {table} is not written"
+                    )
+                now_state = db.tables().get(table)
+                if now_state != "copying" or now_st.provider != st.provider:
+                    return now_state or "absent"  # copied meanwhile by another, or moved
                 if not st.merge_leaf:  # a merge-leaf's table holds other partitions' rows too
                     old = db.read_rows(table)  # a re-run starts the copy afresh
                     db.delete_keys(cur, table, pk, [[r[cols.index(c)] for c in pk] for r in old])

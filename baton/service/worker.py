@@ -263,7 +263,7 @@ class Worker:
 
             self.stop()
             for table in ready:
-                state = copy_table(self.location, table, spark_rows(self.spark))
+                state = copy_table(self.location, table, spark_rows(self.spark), epoch=self.epoch)
                 log.info("table copied", extra={"table": table, "state": state})
         elif copying and copying != self._waiting:
             log.info(

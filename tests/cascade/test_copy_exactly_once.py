@@ -21,10 +21,11 @@ import psycopg
 import pytest
 
 from baton.cascade import node_ops
-from baton.cascade.apply import apply_batch
+from baton.cascade.apply import apply_batch, claim_epoch
 from baton.cascade.batches import reduce_events
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role, TableCopy
+from baton.errors import FencedOut
 from baton.spark.copy import RowRange, TableReader, table_copy
 
 if TYPE_CHECKING:
@@ -190,6 +191,43 @@ def test_sqlite_copy_during_writes_applies_each_version_once(tmp_path: Path) -> 
     root, sub = Node(f"sqlite://{tmp_path}/r.db"), Node(f"sqlite://{tmp_path}/b.db")
     make_set(root, sub)
     copy_during_writes(root, sub)
+    assert_once_and_equal(sub, root)
+
+
+def test_a_copy_overtaken_by_another_copier_writes_nothing(tmp_path: Path) -> None:
+    """Fault campaign, 2026-11-28: a worker fenced out by a newer one (membership flapping)
+    finished the copy it had started, after the new worker had copied the table and applied
+    batches: its older rows and their replay applied 6 row versions twice. A copy now writes
+    only while the table is still ``copying`` (and a stale worker's epoch refuses it)."""
+    root, sub = Node(f"sqlite://{tmp_path}/r.db"), Node(f"sqlite://{tmp_path}/b.db")
+    make_set(root, sub)
+
+    def overtaken(*args: Any) -> TableCopy:
+        copy: TableCopy = node_ops.direct_rows(*args)
+        # Meanwhile the newer worker copies the table and applies the root's next batches.
+        assert node_ops.copy_table(sub.location, "t") == "ok"
+        root.write(*set_n((1, 1), (2, 1)), *insert(11), *delete(3))
+        root.tick()
+        catch_up(sub, root)
+        return copy
+
+    assert node_ops.copy_table(sub.location, "t", overtaken) == "ok"
+    root.write(*set_n((1, 2)))
+    root.tick()
+    catch_up(sub, root)
+    assert_once_and_equal(sub, root)
+
+
+def test_a_stale_workers_copy_is_fenced(tmp_path: Path) -> None:
+    root, sub = Node(f"sqlite://{tmp_path}/r.db"), Node(f"sqlite://{tmp_path}/b.db")
+    make_set(root, sub)
+    with open_node_db(sub.location) as db:
+        claim_epoch(db, 7)  # a newer worker claimed the node
+    with pytest.raises(FencedOut, match="epoch 6 is stale"):
+        node_ops.copy_table(sub.location, "t", epoch=6)
+    with open_node_db(sub.location) as db:
+        assert db.tables() == {"t": "copying"} and db.read_rows("t") == []
+    assert node_ops.copy_table(sub.location, "t", epoch=7) == "ok"
     assert_once_and_equal(sub, root)
 
 
