@@ -351,6 +351,8 @@ class ChannelHub:
     async def _initial(
         self, stream: Stream, user: User, epoch: int, since: int | None = None
     ) -> Survey:
+        if stream.role != Role.LEADER:
+            await self._relay_started(stream)
         if since is not None and stream.role != Role.LEADER:
             # A subscriber coming back asks for what it missed after its own offset.
             assert stream.leader is not None
@@ -374,6 +376,30 @@ class ChannelHub:
             self._surveys[key] = shared
             shared.add_done_callback(lambda done: self._forget_survey(key, done))
         return await asyncio.shield(shared)
+
+    async def _relay_started(self, stream: Stream) -> None:
+        """At a follower, wait for the relay's first answer from the leader before asking the
+        leader for a subscriber's start. The subscriber takes what follows the leader's answer
+        from this node's history; asked before the relay started, the answer could end before
+        the offset the relay starts at, and the publications between would reach nobody here.
+        Asked after, the answer ends at or beyond it. Refused (:class:`ChannelUnavailable`)
+        when the relay's attempt fails or takes too long."""
+        if stream.relayed:
+            return
+        waiter: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        stream.relay_waiters.append(waiter)
+        error: str | None = (
+            f"leader {stream.leader} of {stream.name} did not answer this node's relay:"
+            " subscribe again"
+        )
+        # Twice a relay's own connect timeout: its failure, with its reason, comes first.
+        with contextlib.suppress(TimeoutError):
+            async with self.clock.timeout(2 * self.timings.forward_timeout):
+                error = await waiter
+        if error is not None:
+            # Counted as a forwarded subscribe the leader did not answer: it is one, cut short.
+            self.metrics.forwarded.labels(outcome="unavailable").inc()
+            raise ChannelUnavailable(error)
 
     def _forget_survey(self, key: SurveyKey, done: asyncio.Future[Survey]) -> None:
         if self._surveys.get(key) is done:

@@ -88,7 +88,9 @@ class Relays:
                     max_size=16 * 1024 * 1024,
                     local_addr=(self._local, 0) if self._local else None,
                 ) as ws:
-                    since = Since(epoch=epoch, offset=stream.offset) if stream.offset else None
+                    # Once the relay has started, even at offset 0, a reconnect asks for what
+                    # it missed: starting over would leave a hole in this node's history.
+                    since = Since(epoch=epoch, offset=stream.offset) if stream.relayed else None
                     request = Subscribe(
                         channel=stream.name, relay=epoch, node=self.node, since=since
                     )
@@ -106,6 +108,12 @@ class Relays:
                     extra={"channel": stream.name, "leader": leader, "error": describe(exc)},
                 )
                 self.forwarder.forget(leader)
+                stream.relay_news(
+                    str(exc)
+                    if isinstance(exc, ChannelError)
+                    else f"leader {leader} of {stream.name} did not answer this node's relay"
+                    f" ({describe(exc)}): subscribe again"
+                )
             stream.relay_up = False
             if stream.epoch != epoch:
                 return
@@ -136,7 +144,7 @@ class Relays:
             return True  # the fence: never pass on another epoch's frames
         if isinstance(frame, Subscribed):
             stream.relay_up = True
-            if not frame.recovered and frame.offset > stream.offset and stream.offset:
+            if not frame.recovered and frame.offset > stream.offset and stream.relayed:
                 gap = Gap(
                     channel=stream.name,
                     epoch=epoch,
@@ -145,6 +153,7 @@ class Relays:
                 )
                 stream.deliver(gap, dumps(gap))
             stream.offset = max(stream.offset, frame.offset)
+            stream.relay_news(None)
             return False
         if isinstance(frame, Pub | Gap):
             if frame.offset <= stream.offset:

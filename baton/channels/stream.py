@@ -91,6 +91,13 @@ class Stream:
     finished: bool = False
     #: Set while the relay is connected (followers).
     relay_up: bool = False
+    #: True once the relay had the leader's first answer at this epoch (followers): from then
+    #: on this node's history runs on from that offset without a hole (a reconnect recovers,
+    #: or says ``gap``), so a subscriber started from the leader's answer can take the rest
+    #: from it.
+    relayed: bool = False
+    #: Subscribes waiting for the relay's next news: None (it started) or why it failed.
+    relay_waiters: list[asyncio.Future[str | None]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -109,6 +116,17 @@ class Stream:
         self.offset = 0
         self.history.clear()
         self.leader = leader
+        self.relayed = False
+
+    def relay_news(self, error: str | None) -> None:
+        """The relay started (``error`` None: ``relayed`` from now on) or an attempt failed
+        (why): wake the subscribes waiting for it."""
+        if error is None:
+            self.relayed = True
+        waiters, self.relay_waiters = self.relay_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(error)
 
     def deliver(self, frame: Publication, text: str) -> None:
         """Keep ``frame`` (sent as ``text``) in the history and give it to every subscriber

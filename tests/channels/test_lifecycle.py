@@ -302,3 +302,21 @@ def test_a_stopping_node_closes_its_subscribers_with_1001(tmp_path: Path) -> Non
                     1001,
                     f"node {node} is stopping: reconnect to another node",
                 )
+
+
+def test_a_follower_subscriber_misses_nothing_while_its_relay_starts(tmp_path: Path) -> None:
+    """A subscriber at a follower starts from the leader's answer and takes the rest from the
+    follower's relay. Each channel here is new at n1, so its relay starts with the subscribe:
+    the publications between the answer's offset and the relay's first one must still come,
+    on a stream fast enough (every 10 ms) that the relay's connect spans several of them."""
+    with LocalCluster(2, None, tmp_path, ttl=2) as c:
+        wait_for(lambda: list(c.states().values()) == ["live"] * 2, timeout=30)
+        for i in range(6):
+            channel = f"tick:relayed{i},every=0.01"
+            with Subscriber([c.node("n0").url], c.token, channel) as anchor:
+                wait_for(anchor.pubs, what="the leader's first publication")  # n0 leads
+                with Subscriber([c.node("n1").url], c.token, channel) as sub:
+                    wait_for(lambda: len(sub.pubs()) >= 10, what="publications through n1")
+                    start = sub.kinds("subscribed")[0].offset
+                    offsets = [m.offset for m in sub.pubs()]
+                    assert offsets == list(range(start + 1, start + 1 + len(offsets))), (i, start)
