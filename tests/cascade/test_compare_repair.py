@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import sqlite3
 import subprocess
 import sys
@@ -405,3 +406,104 @@ def test_every_key_is_in_its_buckets_range() -> None:
         for k in range(-1000, 1001):
             low, high = bucket_range(int(k / size), size)
             assert low <= k <= high, (k, size)
+
+
+AUDIT = (
+    "CREATE TABLE items_applied (id INTEGER, n INTEGER, op TEXT)",
+    "CREATE TRIGGER items_ins AFTER INSERT ON items"
+    " BEGIN INSERT INTO items_applied VALUES (new.id, new.n, 'I'); END",
+    "CREATE TRIGGER items_upd AFTER UPDATE ON items"
+    " BEGIN INSERT INTO items_applied VALUES (new.id, new.n, 'U'); END",
+    "CREATE TRIGGER items_del AFTER DELETE ON items"
+    " BEGIN INSERT INTO items_applied VALUES (old.id, old.n, 'D'); END",
+)
+
+
+def test_compare_and_repair_under_a_running_writer_and_worker(
+    lite: dict[str, str], spark: SparkSession
+) -> None:
+    """A writer commits at the root and ticks, and the branch's worker applies, all the while:
+    compare still finds exactly what was planted (the writer's keys in flight are the queue's),
+    repair changes exactly those rows, and at the end the branch equals the root with every
+    row version of the writer applied at most once (the branch's audit of row versions)."""
+    import itertools
+    import threading
+
+    from baton.spark.diff import spark_differ
+
+    s1, s2 = lite["s1"], lite["s2"]
+    for i in range(1, 41):
+        sqlite_write(s1, "INSERT INTO items VALUES (?, ?, 0.5, 'a', NULL)", (i, -i))
+    tick(s1)
+    catch_up(s2)
+    for sql in AUDIT:
+        sqlite_write(s2, sql)
+    at_branch(s2, "DELETE FROM items WHERE id IN (3, 4)")
+    at_branch(s2, "INSERT INTO items VALUES (99, -99, 0.5, 'x', NULL)")
+    at_branch(s2, "UPDATE items SET t = 'b' WHERE id IN (5, 6, 7)")
+    stop = threading.Event()
+    failures: list[BaseException] = []
+    versions = itertools.count(1)  # every write of the writer is a new value of n
+
+    def writer() -> None:
+        rng = random.Random(31)
+        while not stop.is_set():
+            for _ in range(10):
+                key = rng.randrange(1000, 1030)
+                if rng.random() < 0.2:
+                    sqlite_write(s1, "DELETE FROM items WHERE id = ?", (key,))
+                else:
+                    sqlite_write(
+                        s1,
+                        "INSERT INTO items VALUES (?, ?, 0.5, 'w', NULL)"
+                        " ON CONFLICT (id) DO UPDATE SET n = excluded.n",
+                        (key, next(versions)),
+                    )
+            tick(s1)
+
+    def worker() -> None:
+        while not stop.wait(0.01):
+            catch_up(s2)
+
+    def running(job: Any) -> Any:
+        def run() -> None:
+            try:
+                job()
+            except BaseException as exc:  # the test fails on it below
+                failures.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=running(job), daemon=True) for job in (writer, worker)]
+    for thread in threads:
+        thread.start()
+    c = CascadeSet(s2)
+    differ = spark_differ(spark, rows_per_partition=16)
+    try:
+        wait_for(lambda: next(versions) > 200 or bool(failures), what="the writer going")
+        found = table_diff.compare(c, "s2", ["items"], differ)
+        t = found.tables["items"]
+        keys = {k: sorted(d.key[0] for d in t.of(k)) for k in Kind}
+        assert keys == {Kind.MISSING: [3, 4], Kind.EXTRA: [99], Kind.DIFFERENT: [5, 6, 7]}
+        fixed = table_diff.repair(c, "s2", "items", differ)
+        assert (fixed.written, fixed.deleted, fixed.equal_after) == (5, 1, True)
+        assert not c.state("s2").paused
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert not failures, failures
+    tick(s1)
+    catch_up(s2)
+    assert rows(s2) == rows(s1)
+    assert table_diff.compare(c, "s2", ["items"], differ).equal
+    db = sqlite3.connect(s2.removeprefix("sqlite://"))
+    try:
+        twice = db.execute(
+            "SELECT id, n, op, count(*) FROM items_applied WHERE n > 0"
+            " GROUP BY id, n, op HAVING count(*) > 1"
+        ).fetchall()
+        applied = db.execute("SELECT count(*) FROM items_applied WHERE n > 0").fetchone()[0]
+    finally:
+        db.close()
+    assert applied > 0 and twice == []
