@@ -55,6 +55,14 @@ from baton.logs import describe
     show_default=True,
     help="Who fails the lost root over: the agents' automatic failover, or the CLI's failover.",
 )
+@click.option(
+    "--sync",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Synchronous mode: the set's K ('baton cascade sync'), the writer waiting for K "
+    "branches; 0: asynchronous.",
+)
 def main(
     *,
     seed: int,
@@ -67,6 +75,7 @@ def main(
     failover: bool,
     root_loss: bool,
     root_failover: str,
+    sync: int,
 ) -> None:
     """Run a fault campaign against a local five-host cluster and check its history."""
     if (faults is None) == (duration is None):
@@ -88,6 +97,7 @@ def main(
                 failover,
                 root_loss,
                 root_failover == "auto",
+                sync,
             ),
         )
     except Exception as exc:
@@ -108,6 +118,7 @@ def main(
             + ("" if failover else " --no-store-failover")
             + ("" if root_loss else " --no-root-loss")
             + ("" if root_failover == "auto" else " --root-failover manual")
+            + (f" --sync {sync}" if sync else "")
             + "".join(f" --only {kind}" for kind in kinds),
             err=True,
         )

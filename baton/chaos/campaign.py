@@ -16,9 +16,11 @@ import json
 import os
 import random
 import sqlite3
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ from baton.chaos.cluster import (
 from baton.chaos.disk import node_db
 from baton.chaos.history import History
 from baton.chaos.listener import Listeners, stop
-from baton.chaos.nemesis import Fault, Nemesis
+from baton.chaos.nemesis import LOSS_FAULT, Fault, LossKind, Nemesis
 from baton.errors import WaitTimeout
 from baton.local.processes import Proc
 from baton.local.waiting import wait_for
@@ -71,6 +73,9 @@ class Plan:
     #: The root's loss is failed over by the node agents' automatic failover (else by
     #: ``baton cascade failover``, as an operator would).
     auto_failover: bool = True
+    #: Synchronous mode: ``baton cascade sync SET K`` before the writer starts, which then
+    #: writes through the sync-mode helper (0: asynchronous).
+    sync: int = 0
 
     def root_loss_due(self, rounds: int, elapsed: float) -> bool:
         """Whether the root is lost after round ``rounds`` (``elapsed`` seconds in)."""
@@ -318,6 +323,157 @@ def lose_root(cluster: ChaosCluster, harness: History, auto: bool = True) -> flo
     return seconds
 
 
+class RootLoss:
+    """The cascade's root lost with its host, as a fault (issue 30, step 5): the host that
+    serves the root (:meth:`ChaosCluster.root_host`, the root's one replica) has its agent
+    SIGKILLed or SIGSTOPped, or is cut off from every other host and the store, while the
+    application goes on committing at the root (the events stranded there). Nobody runs a
+    failover: the set's automatic failover is on while the fault lasts, and the node agents
+    promote a branch once the members agree the root is gone. The harness only follows, as an
+    application would: once ``baton cascade root`` names another root it holds the writer, the
+    old root's object is deleted (an operator retires the dead root before its host comes
+    back), the host is repaired (restarted, SIGCONT, healed) and the writer moved to the new
+    root. :meth:`finish` then lets writes go on there and brings the old root back through
+    ``baton cascade resurrect``, which saves its stranded events.
+
+    The nemesis draws it (a kill-agent, pause-agent or isolate that picks the root's host
+    becomes this fault); a run whose random faults never did is given one halfway
+    (:meth:`now`). One loss per run: the new root is placed with a standby, so no single host
+    serves it. The fault holds the store, the network and the branch's disk, so that no store,
+    partition or full-disk fault runs beside it (the failover needs the store and the branch;
+    the harness's CLI calls need the store)."""
+
+    def __init__(self, cluster: ChaosCluster, harness: History) -> None:
+        self.cluster = cluster
+        self.harness = harness
+        #: (old root, new root) of a loss whose old root is still to be resurrected.
+        self.pending: tuple[str, str] | None = None
+        self.started = False
+
+    def fault(self, kind: LossKind, host: str, by: str = "nemesis") -> Fault | None:
+        """The root's loss by ``kind`` when ``host`` serves the root (see the class); ``by``:
+        who drew it, for the report."""
+        if self.started or host != self.cluster.root_host():
+            return None
+        name = f"agent-{host}"
+        svc = self.cluster.services[name]
+        net = self.cluster.net
+        hit = {LossKind.KILL: svc.kill, LossKind.FREEZE: svc.pause}.get(kind)
+        back = {LossKind.KILL: svc.start, LossKind.FREEZE: svc.resume}.get(kind, net.heal)
+        since = [0.0]
+
+        def start() -> None:
+            self.started = True
+            self._auto_failover(True)
+            self.harness.record(
+                "root-loss",
+                root=self.cluster.root, step="start", auto=True, how=kind, host=host, by=by,
+            )  # fmt: skip
+            since[0] = time.monotonic()
+            if hit is None:
+                net.isolate(host)  # from the store's host too
+            else:
+                hit()
+
+        def repair() -> None:
+            self._follow(kind, host, since[0], back)
+
+        # Repaired at the round's next step: the repair waits for the failover, however long.
+        return Fault(
+            LOSS_FAULT[kind], host, 0.0, start, repair, frozenset({name, "store", "net", "disk"})
+        )
+
+    def now(self, kind: LossKind) -> None:
+        """The root's loss by ``kind``, outside the rounds (the run's guarantee of one)."""
+        host = self.cluster.root_host()
+        assert host is not None
+        fault = self.fault(kind, host, by="halfway")
+        assert fault is not None
+        fault.start()
+        fault.repair()
+
+    def _via(self) -> str:
+        return self.cluster.location(self.cluster.subscribers()[0])
+
+    def _cli(self, *args: str) -> None:
+        """``baton ARGS``, retried for up to a minute (a store switch may be under way)."""
+
+        def done() -> bool:
+            try:
+                self.cluster.cli(*args)
+            except (RuntimeError, subprocess.TimeoutExpired):
+                return False
+            return True
+
+        wait_for(done, timeout=60, interval=1.0, what=f"baton {' '.join(args[:3])}")
+
+    def _auto_failover(self, on: bool) -> None:
+        """The set's switch, through the CLI."""
+        self._cli(
+            "cascade", "auto-failover", CASCADE_SET, "on" if on else "off", "--via", self._via()
+        )
+
+    def _follow(self, kind: LossKind, host: str, since: float, back: Callable[[], object]) -> None:
+        cluster, writer = self.cluster, self.cluster.writer
+        assert writer is not None
+        old = cluster.root
+        via = self._via()
+        try:
+            named = wait_for(
+                lambda: (n := _root_named(cluster, via)) not in (None, old) and n,
+                timeout=SETTLE_BOUND,
+                interval=0.2,
+                what="the automatic failover",
+            )
+        except WaitTimeout:
+            # No failover: the checker reports it (a start with no failover); the host comes
+            # back and the run goes on with the old root.
+            self.harness.record("root-loss", root=old, step="no-failover", how=kind)
+            back()
+            self._auto_failover(False)
+            return
+        seconds = round(time.monotonic() - since, 2)
+        writer.hold()
+        new = str(named)
+        self.harness.record(
+            "root-loss", root=old, step="lost", acked=writer.acked, how=kind, seconds=seconds
+        )
+        # The old root is retired before its host returns: its agent must not serve it again.
+        self._auto_failover(False)
+        self._cli("object", "delete", old)
+        back()
+        cluster.root = new
+        out = json.dumps({"new_root": new, "auto": True, "kind": kind, "seconds": seconds})
+        self.harness.record("root-loss", root=new, step="failover", old=old, output=out)
+        writer.move_to(node_db(cluster.dir, new))
+        self.pending = (old, new)
+
+    def finish(self) -> None:
+        """After a loss: writes at the new root, then the old root resurrected as a branch and
+        its object declared again (a subscriber now)."""
+        if self.pending is None:
+            return
+        old, new = self.pending
+        self.pending = None
+        writer = self.cluster.writer
+        assert writer is not None
+        # Sync mode: the new root has no branch until the old one is resurrected, so its
+        # commits wait for their timeout, unconfirmed: a few then.
+        want = WRITES_BEFORE_RESURRECT if writer.sync <= 0 else 2
+        done = writer.committed
+        wait_for(
+            lambda: writer.committed >= done + want,
+            timeout=120,
+            what=f"writes at the new root {new}",
+        )
+        saved = self.cluster.dir / checker.STRANDED_FILE
+        out = self.cluster.cli(
+            "cascade", "resurrect", old, "--via", self.cluster.location(new), "--save", str(saved)
+        )
+        self.harness.record("root-loss", root=new, step="resurrect", old=old, output=out)
+        self.cluster.declare_objects()
+
+
 def _round(nemesis: Nemesis, rng: random.Random, count: int) -> None:
     active: list[Fault] = []
     injected = 0
@@ -359,14 +515,20 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
         listeners.start()
         wait_for(lambda: not listeners.fresh(SETTLED_LAG), timeout=60, what="the channel live")
         log(f"chaos: cluster up in {directory}")
-        cluster.start_writer(plan.seed)
+        if plan.sync:
+            cluster.cli(
+                "cascade", "sync", CASCADE_SET, str(plan.sync), "--via", cluster.location("s1")
+            )
+            harness.record("campaign-sync", k=plan.sync)
+        cluster.start_writer(plan.seed, plan.sync)
         observer.start()
         supervisor.start()
-        nemesis = Nemesis(cluster, rng, harness, plan.kinds)
+        auto = plan.root_loss and plan.auto_failover
+        loss = RootLoss(cluster, harness)
+        nemesis = Nemesis(cluster, rng, harness, plan.kinds, loss.fault if auto else None)
         started = time.monotonic()
         rounds = 0
         lost = False
-        auto_seconds: float | None = None
         while True:
             if plan.faults is not None and nemesis.count >= plan.faults:
                 break
@@ -377,6 +539,9 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
             if plan.faults is not None:
                 share = min(share, plan.faults - nemesis.count)
             _round(nemesis, rng, share)
+            # A root lost in the round comes back (resurrect) before the cluster can settle.
+            loss.finish()
+            lost = lost or loss.started
             seconds, waited = settle(cluster, listeners, SETTLE_BOUND)
             harness.record(
                 "settle", round=rounds, seconds=seconds, bound=SETTLE_BOUND, waited_for=waited
@@ -389,7 +554,12 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
                 break
             if not lost and plan.root_loss_due(rounds, time.monotonic() - started):
                 lost = True
-                auto_seconds = lose_root(cluster, harness, plan.auto_failover)
+                if auto:
+                    # The random faults never hit the root's host: lost here, in a random way.
+                    loss.now(rng.choice(list(LossKind)))
+                    loss.finish()
+                else:
+                    lose_root(cluster, harness, auto=False)
                 seconds, waited = settle(cluster, listeners, SETTLE_BOUND)
                 harness.record(
                     "settle", round=f"{rounds} (root lost)", seconds=seconds,
@@ -430,7 +600,8 @@ def run(directory: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
     report["seed"] = plan.seed
     if lost:
         report["root_failover"] = "auto" if plan.auto_failover else "manual"
-        report["auto_failover_seconds"] = auto_seconds
+        timings = [loss["failover_seconds"] for loss in report["root_losses"]]
+        report["auto_failover_seconds"] = timings[0] if timings else None
     report["duration_s"] = round(time.monotonic() - started, 1)
     (directory / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report

@@ -104,22 +104,42 @@ def writes(
     history: list[dict[str, Any]],
     stranded: Sequence[Write] = (),
     lost_at: float | None = None,
+    sync: bool = False,
 ) -> list[str]:
     """The root against a model of the writer's committed writes (in its own order), leaving
-    out the ``stranded`` ones (acknowledged before ``lost_at``, the root's loss)."""
+    out the ``stranded`` ones (committed before ``lost_at``, the root's loss). A write whose
+    outcome the writer does not know (``unknown``: in sync mode, committed at the root but not
+    confirmed in time) may or may not be there, until an acknowledged write of its row.
+    ``sync``: the writer ran in synchronous mode, where a commit is acknowledged only once a
+    branch holds it: a stranded event may then be only an unconfirmed write; an acknowledged
+    one among them is an acknowledged write lost."""
     out: list[str] = []
     left = Counter(stranded)
     model: dict[int, int] = {}
+    maybe: dict[int, set[int | None]] = defaultdict(set)
+    lost: list[Write] = []
     for rec in sorted(
-        (r for r in history if r["kind"] == "write" and r["state"] == "ok"), key=lambda r: r["t"]
+        (r for r in history if r["kind"] == "write" and r["state"] in ("ok", "unknown")),
+        key=lambda r: r["t"],
     ):
         if lost_at is not None and rec["t"] < lost_at and left[_key(rec)] > 0:
             left[_key(rec)] -= 1
+            if sync and rec["state"] == "ok":
+                lost.append(_key(rec))
             continue
+        if rec["state"] == "unknown":
+            maybe[rec["id"]].add(None if rec["op"] == "delete" else rec["n"])
+            continue
+        maybe.pop(rec["id"], None)  # an acknowledged write settles its row
         if rec["op"] == "delete":
             model.pop(rec["id"], None)
         else:
             model[rec["id"]] = rec["n"]
+    if lost:
+        out.append(
+            f"sync mode: {len(lost)} acknowledged writes were stranded on the lost root "
+            f"(saved by resurrect, not in the set), e.g. {lost[:5]}"
+        )
     unmatched = sorted((k for k, c in left.items() if c > 0), key=str)
     if unmatched:
         out.append(
@@ -131,7 +151,63 @@ def writes(
         have = dict(db.execute("SELECT id, n FROM items WHERE writer = 'w'").fetchall())
     finally:
         db.close()
+    for id_, values in maybe.items():
+        if have.get(id_) in values:  # what the unconfirmed write left (None: gone)
+            if id_ in have:
+                model[id_] = have[id_]
+            else:
+                model.pop(id_, None)
     return out + _diff("root vs acknowledged writes", model, have)
+
+
+def acknowledged_held(
+    audit: Path, history: list[dict[str, Any]], lost_at: float | None, failed_over_at: float | None
+) -> list[str]:
+    """Sync mode: every write acknowledged before the root's loss had reached the branch that
+    became the root, by the failover. ``audit`` is that branch's audit table (row versions as
+    applied, in order, with the time): the row it had at the failover is its last version
+    there (none, or a delete: no row). A write is held when that row is its version or one
+    written after it: a batch applies each row's last version only (an insert and a delete in
+    one batch apply nothing), so an acknowledged version overwritten soon after may never
+    have been a row there, and it is not lost. The leaf and the final rows are held to the
+    root by :func:`writes` and :func:`replication`."""
+    if lost_at is None or failed_over_at is None:
+        return []
+    db = _ro(audit)
+    try:
+        rows = db.execute(
+            "SELECT id, n, op FROM items_applied WHERE id > 0 AND at < ? ORDER BY rowid",
+            (failed_over_at,),
+        ).fetchall()
+    finally:
+        db.close()
+    had: dict[int, int | None] = {}  # the row's n at the failover; None: no row
+    for id_, n, op in rows:
+        had[id_] = None if op == "D" else n
+    by_row: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for rec in sorted(
+        (r for r in history if r["kind"] == "write" and r["state"] in ("ok", "unknown")),
+        key=lambda r: r["t"],
+    ):
+        # Writes up to the failover were at the old root: any of them may have reached the
+        # branch; those acknowledged before the loss must have.
+        if rec["t"] < failed_over_at:
+            by_row[rec["id"]].append(rec)
+    missing: list[Write] = []
+    for id_, recs in by_row.items():
+        versions = [_key(rec)[2] for rec in recs]
+        held_from = max((j for j, v in enumerate(versions) if v == had.get(id_)), default=-1)
+        missing += [
+            _key(rec)
+            for j, rec in enumerate(recs)
+            if j > held_from and rec["state"] == "ok" and rec["t"] < lost_at
+        ]
+    if not missing:
+        return []
+    return [
+        f"sync mode: {len(missing)} acknowledged writes had not reached the branch that became"
+        f" the root, e.g. {sorted(missing, key=str)[:5]}"
+    ]
 
 
 def never_both(audit: Path, stranded: Sequence[Write], failed_over_at: float | None) -> list[str]:
@@ -367,6 +443,38 @@ def root_loss(history: list[dict[str, Any]]) -> tuple[str, float | None, float |
     return root, lost_at, failed_over_at
 
 
+def root_losses(history: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Each loss of the root's host, in order: how (``kind``: kill, freeze, isolate; ``by``: the
+    nemesis's draw or the run's halfway guarantee), and the seconds from the fault to
+    ``baton cascade root`` naming the new root. A loss the agents never failed over (or one
+    the run ended in the middle of) is a violation."""
+    out: list[str] = []
+    losses: list[dict[str, Any]] = []
+    for rec in sorted((r for r in history if r["kind"] == "root-loss"), key=_t):
+        if rec["step"] == "start":
+            losses.append(
+                {
+                    "root": rec["root"],
+                    "host": rec.get("host"),
+                    "kind": rec.get("how", "service-deleted"),
+                    "by": rec.get("by", "halfway"),
+                    "new_root": None,
+                    "failover_seconds": None,
+                }
+            )
+        elif rec["step"] == "lost" and losses:
+            losses[-1]["failover_seconds"] = rec.get("seconds")
+        elif rec["step"] == "failover" and losses:
+            losses[-1]["new_root"] = rec["root"]
+    for loss in losses:
+        if loss["new_root"] is None:
+            out.append(
+                f"root {loss['root']} lost by {loss['kind']} of {loss['host']}: the agents "
+                "never failed it over"
+            )
+    return out, losses
+
+
 def check(run: Path) -> dict[str, Any]:
     """The report of the run in directory ``run`` (see the module docstring)."""
     history = load(run / "history")
@@ -375,7 +483,11 @@ def check(run: Path) -> dict[str, Any]:
     stranded = stranded_events(run / STRANDED_FILE)
     violations: dict[str, list[str]] = {}
     violations["fencing"] = fencing(run / "fenced.db", history)
-    violations["writes"] = writes(node_db(run, root), history, stranded, lost_at)
+    sync = any(r["kind"] == "campaign-sync" for r in history)
+    violations["writes"] = writes(node_db(run, root), history, stranded, lost_at, sync)
+    if sync and root in AUDITED:
+        audit = node_db(run, root)
+        violations["writes"] += acknowledged_held(audit, history, lost_at, failed_over_at)
     if root in AUDITED:
         violations["writes"] += never_both(node_db(run, root), stranded, failed_over_at)
     violations["replication"] = replication(run, root, subscribers)
@@ -384,6 +496,7 @@ def check(run: Path) -> dict[str, Any]:
     violations["channels"], channel_stats = channels(history)
     violations["store_master"], store = store_master(history)
     violations["settling"], settle = settling(history)
+    violations["root_loss"], losses = root_losses(history)
     faults = Counter(r["fault"] for r in history if r["kind"] == "fault-start")
     loads = [float(r["load"][0]) for r in history if r["kind"] == "observe-load"]
     fenced = [r for r in history if r["kind"] == "fenced"]
@@ -397,8 +510,14 @@ def check(run: Path) -> dict[str, Any]:
         "writes_acknowledged": sum(
             1 for r in history if r["kind"] == "write" and r["state"] == "ok"
         ),
+        # Sync mode: committed at the root but not confirmed on a branch in time.
+        "writes_unconfirmed": sum(
+            1 for r in history if r["kind"] == "write" and r["state"] == "unknown"
+        ),
+        "sync": next((r["k"] for r in history if r["kind"] == "campaign-sync"), 0),
         "root": root,
         "stranded_saved": len(stranded),
+        "root_losses": losses,
         "row_versions_applied": applied,
         # Candidates run again after losing leadership (exit 75), as a service manager would.
         "candidates_restarted": sum(1 for r in history if r["kind"] == "supervisor-restart"),

@@ -50,6 +50,11 @@ CASCADE_SET = "chaos"
 #: host of five agents sharing two cores (a cold start took 80 s at load 8 and held each
 #: round's settle up to it).
 SPARK_HOSTS = 2
+#: The host labelled ``root=yes``, where the cascade's first root is placed with one replica:
+#: as a database lives on one machine, losing that host (its agent killed or frozen, or the
+#: host cut off) loses the root, and only a failover brings the set back (with two replicas,
+#: placement would just move the service to the standby). Not a Spark host: a root needs none.
+ROOT_HOST_INDEX = SPARK_HOSTS
 STORE_PORT = 6390
 #: The Redis servers of the store (the first starts as master) and their data directories.
 STORES = {"store": STORE_PORT, "store2": STORE_PORT + 1}
@@ -155,7 +160,7 @@ class ChaosCluster:
                     "BATON_TTL": str(self.ttl),
                     "BATON_RECONCILE_INTERVAL": "0.5",
                     "BATON_SPARK_MASTER": "local[1]",
-                    "BATON_LABELS": "spark=yes" if host in self.hosts[:SPARK_HOSTS] else "",
+                    "BATON_LABELS": self._labels(host),
                     # Spark's driver binds inside the namespace, where the host name resolves
                     # to nothing the namespace has.
                     "SPARK_LOCAL_IP": "127.0.0.1",
@@ -184,6 +189,16 @@ class ChaosCluster:
                         "FAKETIME_CACHE_DURATION": "1",
                     },
                 )  # fmt: skip
+
+    def _labels(self, host: str) -> str:
+        if host in self.hosts[:SPARK_HOSTS]:
+            return "spark=yes"
+        return "root=yes" if host == self.hosts[ROOT_HOST_INDEX] else ""
+
+    def root_host(self) -> str | None:
+        """The one host that serves the cascade's root (None once a failover moved the root to
+        a node placed with a standby)."""
+        return self.hosts[ROOT_HOST_INDEX] if self.root == "s1" else None
 
     def _define_failover(self, bin_dir: Path) -> None:
         """A failover client on every host, a failover server on each of FAILOVER_SERVERS, at
@@ -386,6 +401,9 @@ class ChaosCluster:
             wanted[node] = ["cascade-worker", node, "--replicas", "2", "--spec", spec]
             if node != self.root:  # a subscriber: its worker runs on Spark
                 wanted[node] += ["--selector", "spark=yes"]
+            elif self.root_host() is not None:  # the first root: on its host alone
+                wanted[node] = ["cascade-worker", node, "--replicas", "1", "--spec", spec]
+                wanted[node] += ["--selector", "root=yes"]
 
         def declared() -> bool:
             try:
@@ -403,8 +421,11 @@ class ChaosCluster:
         """The cascade's nodes other than the root, now."""
         return [node for node in CASCADE if node != self.root]
 
-    def start_writer(self, seed: int) -> Writer:
-        self.writer = Writer(node_db(self.dir, self.root), self.history_dir, seed)
+    def start_writer(self, seed: int, sync: int = 0) -> Writer:
+        """The application at the root; ``sync`` > 0: through the sync-mode writer helper."""
+        self.writer = Writer(
+            node_db(self.dir, self.root), self.history_dir, seed, sync=sync, set_name=CASCADE_SET
+        )
         self.writer.start()
         return self.writer
 

@@ -10,6 +10,7 @@ timing still varies).
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import random
 import shutil
@@ -46,6 +47,25 @@ KINDS: dict[str, int] = {
 }
 
 
+class LossKind(enum.StrEnum):
+    """How the host that serves the cascade's root is lost."""
+
+    KILL = "kill"
+    """Its agent's process group SIGKILLed (the root's service with it)."""
+    FREEZE = "freeze"
+    """Its agent's process group SIGSTOPped, SIGCONT once the root was failed over."""
+    ISOLATE = "isolate"
+    """Cut off from every other host and from the store (nftables), healed after the failover."""
+
+
+#: The fault kind under which a loss of the root's host is drawn, for each way it is lost.
+LOSS_FAULT = {
+    LossKind.KILL: "kill-agent",
+    LossKind.FREEZE: "pause-agent",
+    LossKind.ISOLATE: "isolate",
+}
+
+
 def _nothing() -> None:
     return None
 
@@ -65,6 +85,11 @@ class Fault:
     ends: float = 0.0
 
 
+#: Builds the fault that loses the root's host ``host`` in the given way, or None when ``host``
+#: does not serve the root now (or the root was already lost once).
+RootFault = Callable[[LossKind, str], Fault | None]
+
+
 class Nemesis:
     """Injects the faults of :data:`KINDS` into a :class:`ChaosCluster`.
 
@@ -79,8 +104,12 @@ class Nemesis:
         rng: random.Random,
         history: History,
         kinds: Collection[str] = (),
+        root_fault: RootFault | None = None,
     ) -> None:
-        """``kinds`` narrows the draw to those kinds (all of :data:`KINDS` when empty)."""
+        """``kinds`` narrows the draw to those kinds (all of :data:`KINDS` when empty).
+        ``root_fault``: a kill-agent, pause-agent or isolate drawn on the host that serves the
+        cascade's root becomes the root's loss, as ``root_fault`` builds it."""
+        self.root_fault = root_fault
         self.kinds = {kind: KINDS[kind] for kind in kinds} or dict(KINDS)
         self.cluster = cluster
         self.rng = rng
@@ -139,8 +168,12 @@ class Nemesis:
             frozenset({name}),
         )
 
+    def _of_root(self, kind: LossKind, host: str) -> Fault | None:
+        return None if self.root_fault is None else self.root_fault(kind, host)
+
     def _kill_agent(self) -> Fault:
-        return self._killed("kill-agent", f"agent-{self._host()}")
+        host = self._host()
+        return self._of_root(LossKind.KILL, host) or self._killed("kill-agent", f"agent-{host}")
 
     def _kill_elect(self) -> Fault:
         return self._killed("kill-elect", self._elect())
@@ -218,7 +251,8 @@ class Nemesis:
         return Fault("store-lost", name, self._short(), lose, restore, frozenset({"store"}))
 
     def _pause_agent(self) -> Fault:
-        return self._paused("pause-agent", f"agent-{self._host()}")
+        host = self._host()
+        return self._of_root(LossKind.FREEZE, host) or self._paused("pause-agent", f"agent-{host}")
 
     def _pause_elect(self) -> Fault:
         return self._paused("pause-elect", self._elect())
@@ -228,6 +262,9 @@ class Nemesis:
 
     def _isolate(self) -> Fault:
         host = self._host()
+        root = self._of_root(LossKind.ISOLATE, host)
+        if root is not None:
+            return root
         return self._partition("isolate", host, lambda: self.cluster.net.isolate(host))
 
     def _cut_pair(self) -> Fault:

@@ -1,7 +1,9 @@
 """The short fault campaign of ``make test``: one round of six random faults (fixed seed) against
 five agents in network namespaces, elected jobs writing to a fenced resource, placed counters
-and a root -> branch -> leaf cascade under a steady writer; then the root is lost (automatic
-failover by the agents, then resurrect), and the checker gives its verdict. Run as a
+and a root -> branch -> leaf cascade under a steady writer. The root's host is lost once (its
+agent killed or frozen, or the host cut off: by a fault of the round that drew it, else after
+the round), the agents fail the root over by themselves, the old root is resurrected, and the
+checker gives its verdict. Run as a
 user runs it, ``python -m baton.chaos``, in a process of its own. ``make chaos`` runs 1,000
 faults."""
 
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from baton.chaos.campaign import STRANDED_WRITES
+from baton.chaos.nemesis import LossKind
 
 SEED = 20261125
 
@@ -58,4 +61,10 @@ def test_short_campaign_finds_no_violation(tmp_path: Path) -> None:
     assert report["root"] == "s2"
     # Nobody ran a failover: the agents' actor did, once the members agreed the root was gone.
     assert report["root_failover"] == "auto" and report["auto_failover_seconds"] is not None
+    # Lost once, with its host: its agent killed or frozen, or the host cut off; the loss says
+    # how, and the failover took longer than the lease's ttl (the members had to see it gone).
+    [loss] = report["root_losses"]
+    assert loss["kind"] in set(LossKind) and loss["host"] == "h3", loss
+    assert loss["root"] == "s1" and loss["new_root"] == "s2", loss
+    assert 2.0 <= loss["failover_seconds"] < 60, loss
     assert report["stranded_saved"] >= STRANDED_WRITES
