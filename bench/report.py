@@ -21,6 +21,21 @@ from bench.renewal import RenewRow
 FAILOVER_SLACK = 0.5
 #: Planned handover target (p99), seconds.
 HANDOVER_TARGET = 0.050
+#: The etcd backend's own targets (its issue): tighter, as etcd's primitives allow.
+ETCD_FAILOVER_SLACK = 0.2
+ETCD_HANDOVER_TARGET = 0.010
+
+
+def failover_slack(system: str) -> float:
+    """The failover target's slack over the ttl for ``system`` (``baton/<backend>``)."""
+    return ETCD_FAILOVER_SLACK if system == "baton/etcd" else FAILOVER_SLACK
+
+
+def handover_target(backend: str) -> float:
+    """The planned handover target (p99, seconds) on ``backend``."""
+    return ETCD_HANDOVER_TARGET if backend == "etcd" else HANDOVER_TARGET
+
+
 #: Renewal target for 100k leases on the networked backends, seconds.
 RENEW_100K_TARGET = 1.0
 
@@ -77,7 +92,7 @@ def failover_table(results: Sequence[FailoverResult]) -> list[str]:
     rows = []
     for r in results:
         s = r.summary
-        target = r.ttl + FAILOVER_SLACK
+        target = r.ttl + failover_slack(r.system)
         rows.append(
             [
                 f"`{r.system}`",
@@ -142,7 +157,8 @@ def handover_table(
                 ms(e.p99),
                 ms(e.maximum),
                 ms(call.p50),
-                f"{_mark(e.p99 < HANDOVER_TARGET)} (< {HANDOVER_TARGET * 1000:.0f} ms)",
+                f"{_mark(e.p99 < handover_target(r.backend))}"
+                f" (< {handover_target(r.backend) * 1000:.0f} ms)",
                 ms(rs.p50),
                 ms(rs.p99),
                 ms(rs.maximum),
@@ -558,11 +574,10 @@ def summary_section(res: Results) -> list[str]:
     baton = [r for r in res.failover if r.system.startswith("baton/")]
     if baton:
         parts = [f"{r.system.split('/')[1]} {secs(r.summary.p99)}" for r in baton]
-        ok = all(r.summary.p99 <= r.ttl + FAILOVER_SLACK for r in baton)
+        ok = all(r.summary.p99 <= r.ttl + failover_slack(r.system) for r in baton)
         out.append(
-            f"- **Unplanned failover** (ttl 2 s, target p99 <= 2.5 s): {_mark(ok)}; p99 "
-            + ", ".join(parts)
-            + "."
+            "- **Unplanned failover** (ttl 2 s, target p99 <= 2.5 s, etcd 2.2 s): "
+            f"{_mark(ok)}; p99 " + ", ".join(parts) + "."
         )
     etcd = next((r for r in res.failover if r.system == "etcd"), None)
     if etcd is not None:
@@ -571,10 +586,10 @@ def summary_section(res: Results) -> list[str]:
             f"p99 {secs(etcd.summary.p99)}."
         )
     if res.handover:
-        ok = all(r.elect_summary.p99 < HANDOVER_TARGET for r in res.handover)
+        ok = all(r.elect_summary.p99 < handover_target(r.backend) for r in res.handover)
         parts = [f"{r.backend} {ms(r.elect_summary.p99)}" for r in res.handover]
         out.append(
-            f"- **Planned handover** `elect()` (target p99 < 50 ms): {_mark(ok)}; p99 "
+            f"- **Planned handover** `elect()` (target p99 < 50 ms, etcd 10 ms): {_mark(ok)}; p99 "
             + ", ".join(parts)
             + "."
         )

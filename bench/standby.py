@@ -201,6 +201,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--mode", action="append", choices=MODES, help="(repeatable)")
     parser.add_argument(
+        "--signal", action="append", choices=("KILL", "STOP"), help="(repeatable; default both)"
+    )
+    parser.add_argument("--standby", action="append", choices=("warm", "cold"), help="(repeatable)")
+    parser.add_argument(
         "--standalone",
         action="store_true",
         help="on a Spark standalone cluster (a master and two workers of two cores, on this "
@@ -212,13 +216,18 @@ def main() -> None:
         if args.standalone:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-")))
             master = stack.enter_context(StandaloneCluster(work, workers=2, cores=2)).url
-        _run_all(args.trials, args.mode or MODES, master)
+        signals = [signal.Signals["SIG" + name] for name in args.signal or ("KILL", "STOP")]
+        _run_all(args.trials, args.mode or MODES, master, signals, args.standby or ("warm", "cold"))
 
 
-def _run_all(trials: int, modes: Sequence[str], master: str) -> None:
-    for mode, sig, standby in itertools.product(
-        modes, (signal.SIGKILL, signal.SIGSTOP), ("warm", "cold")
-    ):
+def _run_all(
+    trials: int,
+    modes: Sequence[str],
+    master: str,
+    signals: Sequence[signal.Signals],
+    standbys: Sequence[str],
+) -> None:
+    for mode, sig, standby in itertools.product(modes, signals, standbys):
         got = []
         for _ in range(trials):
             with tempfile.TemporaryDirectory(prefix="baton-bench-standby-") as d:
