@@ -215,7 +215,10 @@ def main() -> None:
         master = "local[2]"
         if args.standalone:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-")))
-            master = stack.enter_context(StandaloneCluster(work, workers=2, cores=2)).url
+            # Memory for two applications per worker: the serving one's executors and the
+            # standby's (a frozen driver keeps its executors: the master sees it connected).
+            cluster = StandaloneCluster(work, workers=2, cores=2, memory="2g")
+            master = stack.enter_context(cluster).url
         signals = [signal.Signals["SIG" + name] for name in args.signal or ("KILL", "STOP")]
         _run_all(args.trials, args.mode or MODES, master, signals, args.standby or ("warm", "cold"))
 

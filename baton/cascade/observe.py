@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from baton.cascade import beat, compare, table_diff
+from baton.cascade import beat, compare, copy_progress, table_diff
 from baton.cascade.beat import Beat
 from baton.cascade.db import open_node_db
 from baton.cascade.model import Role
@@ -55,6 +55,8 @@ class Member:
     #: The operation that paused the node for itself, "compare" or "repair" (None: none; a
     #: pause by ``baton cascade pause`` is :attr:`paused` alone).
     paused_by: str | None = None
+    #: Table -> its copy's Spark tasks (done, in all), while the node's worker copies it.
+    copies: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def members(c: CascadeSet) -> list[Member]:
@@ -82,6 +84,11 @@ def members(c: CascadeSet) -> list[Member]:
                 switch_to = db.get_local("switch_to") if switch is not None else None
                 served = beat.read(db)
                 held = db.get_local(table_diff.MARK)
+                copies = {
+                    t: done_of
+                    for t, state in tables.items()
+                    if state == "copying" and (done_of := copy_progress.of(db, t)) is not None
+                }
         except (CascadeError, OSError):
             out.append(Member(name, loc, "?", None, 0, None, None, False, dead, False, {}))
             continue
@@ -118,6 +125,7 @@ def members(c: CascadeSet) -> list[Member]:
                 switch_tick=None if switch is None else int(switch),
                 service=served,
                 paused_by=table_diff.paused_by(held),
+                copies=copies,
             )
         )
     return out

@@ -52,6 +52,7 @@ from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from typing import Any, Protocol
 
+from baton.cascade import copy_progress
 from baton.cascade.codec import ExactNumber, decode, encode_row
 from baton.cascade.db import NodeDB
 from baton.cascade.db.base import bucket_range
@@ -634,6 +635,10 @@ def resync(c: CascadeSet, node: str, table: str, timeout: float) -> Resynced:
     while True:
         with c.db(node) as db:
             state = db.tables().get(table, "absent")
+            copied = copy_progress.of(db, table)
+        if copied is not None:
+            for sink in _SINKS:  # the worker's copy, as its progress mark says it
+                sink(node, "copy", table, *copied)
         if state == "ok":
             return Resynced(node, table, state, already)
         if time.monotonic() >= deadline:

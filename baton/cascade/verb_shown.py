@@ -254,10 +254,21 @@ def members_grid(members: list[observe.Member], title: str) -> Grid:
             _paused(m),
             state or "ok",
             _service(m),
-            ", ".join(t if s == "ok" else f"{t} ({s})" for t, s in m.tables.items()) or "-",
+            ", ".join(_table_state(m, t, s) for t, s in m.tables.items()) or "-",
         ))  # fmt: skip
     # Folded, not cut: every table name is shown.
     return Grid(_MEMBER_COLUMNS, rows, title=title, fold=True)
+
+
+def _table_state(m: observe.Member, table: str, state: str) -> str:
+    """``items``, ``items (catching-up)``, or a copy with its progress: ``items (copying
+    3/8 tasks)``."""
+    if state == "ok":
+        return table
+    if table in m.copies:
+        done, total = m.copies[table]
+        return f"{table} ({state} {done}/{total} tasks)"
+    return f"{table} ({state})"
 
 
 def members(args: object, r: tuple[str, list[observe.Member]]) -> list[Shown]:

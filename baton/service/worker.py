@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from baton.cascade.apply import claim_epoch
+from baton.cascade.copy_progress import CopyProgress
 from baton.cascade.db import open_node_db
 from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
@@ -48,6 +49,9 @@ _FIRST_START = threading.Lock()
 FIRST_BATCH_WAIT = 60.0
 #: How long ``stop`` lets a running micro-batch finish.
 STOP_GRACE = 5.0
+#: Seconds after a worker's start at which an application the cluster gave no executor is
+#: said to be waiting for one (it applies nothing until it has one).
+STARVED_AFTER = 10.0
 
 
 def db_tables(location: str) -> dict[str, str]:
@@ -128,6 +132,8 @@ class Worker:
         # Scratch only (the position lives in the node database): removed with the worker, or
         # at interpreter exit at the latest.
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+        self._created = time.monotonic()
+        self._executors_looked_at = False
 
     def _provider_location(self) -> tuple[str, str]:
         with open_node_db(self.location) as db:
@@ -209,6 +215,7 @@ class Worker:
                     and self.query.lastProgress is None
                     and time.monotonic() < deadline
                 ):
+                    self._look_at_executors()
                     if self._halt.wait(0.05):
                         break
                 if not self._halt.is_set():
@@ -226,6 +233,24 @@ class Worker:
             .queryName(self._name)
             .start()
         )
+
+    def _look_at_executors(self) -> None:
+        """Once, :data:`STARVED_AFTER` seconds after the start: a cluster application with no
+        executor applies nothing, and Spark says why only in its own log. A driver that is
+        frozen (SIGSTOP, a hung host) keeps its executors, since its master still sees it
+        connected, so a standby that took over may wait here until the old driver is killed."""
+        if self._executors_looked_at or time.monotonic() - self._created < STARVED_AFTER:
+            return
+        from baton.spark.session import executors
+
+        self._executors_looked_at = True
+        if executors(self.spark) == 0:
+            log.warning(
+                "spark application has no executor: the cluster has no free cores or memory "
+                "for it (a frozen driver keeps its executors until it is killed); give the "
+                "workers room for every server's and standby's application",
+                extra={"location": self.location, "master": self.spark.sparkContext.master},
+            )
 
     def pull_watermarks(self) -> None:
         """Read how far this node's own subscribers have applied (a branch keeps its queue
@@ -263,7 +288,12 @@ class Worker:
 
             self.stop()
             for table in ready:
-                state = copy_table(self.location, table, spark_rows(self.spark), epoch=self.epoch)
+                progress = CopyProgress(self.location, table)
+                try:
+                    reader = spark_rows(self.spark, progress=progress)
+                    state = copy_table(self.location, table, reader, epoch=self.epoch)
+                finally:
+                    progress.clear()
                 log.info("table copied", extra={"table": table, "state": state})
         elif copying and copying != self._waiting:
             log.info(
@@ -271,6 +301,7 @@ class Worker:
                 extra={"tables": ",".join(copying), "provider": st.provider},
             )
         self._waiting = copying
+        self._look_at_executors()
         if self.query is None:
             self.start()
             return

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from baton.cascade.codec import decode, encode_row
 from baton.cascade.model import TableCopy
+from baton.spark.progress import Report, tracked
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -180,10 +181,15 @@ class TableReader(DataSourceReader):
         yield (json.dumps(marker),)
 
 
-def spark_rows(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITION) -> RowReader:
+def spark_rows(
+    spark: SparkSession,
+    rows_per_partition: int = ROWS_PER_PARTITION,
+    progress: Report | None = None,
+) -> RowReader:
     """A row reader for :func:`baton.cascade.node_ops.copy_table` that reads with Spark, in
     partitions of about ``rows_per_partition`` rows on SQLite; an event is reflected when the
-    partition that read its key says so (see the module docstring)."""
+    partition that read its key says so (see the module docstring). ``progress``: told the
+    read's Spark tasks done and in all while it runs."""
     spark.dataSource.register(TableSource)
 
     def read(location: str, table: str, tick: int) -> TableCopy:
@@ -200,7 +206,9 @@ def spark_rows(spark: SparkSession, rows_per_partition: int = ROWS_PER_PARTITION
             .option("rowsPerPartition", str(rows_per_partition))
             .load()
         )
-        return table_copy(cols, df.toArrow().column("row").to_pylist(), exact)
+        with tracked(spark, progress):
+            records = df.toArrow().column("row").to_pylist()
+        return table_copy(cols, records, exact)
 
     return read
 

@@ -47,7 +47,7 @@ def tracked(spark: SparkSession, report: Report | None) -> Iterator[None]:
         return
     sc = spark.sparkContext
     group = f"baton-progress-{uuid.uuid4().hex[:12]}"
-    sc.setJobGroup(group, "baton compare", interruptOnCancel=False)
+    sc.setJobGroup(group, "baton", interruptOnCancel=False)
     halt = threading.Event()
 
     def poll() -> None:

@@ -397,6 +397,19 @@ def is_connect(session: SparkSession) -> bool:
     return getattr(session, "_jsparkSession", None) is None and hasattr(session, "client")
 
 
+def executors(session: SparkSession) -> int | None:
+    """How many executors the cluster gave ``session``'s application (the driver not
+    counted); None where there is nothing to count: local Spark runs in the driver, and a
+    Spark Connect server's executors are its own."""
+    if is_connect(session):
+        return None
+    sc = session.sparkContext
+    if (sc.master or "local").startswith("local"):
+        return None
+    infos = sc._jsc.sc().statusTracker().getExecutorInfos()  # the driver's own is one of them
+    return max(0, len(infos) - 1)
+
+
 @contextlib.contextmanager
 def _stderr_to(path: Path) -> Iterator[None]:
     """Start the JVM with its standard error (which its Python workers inherit) in ``path``:

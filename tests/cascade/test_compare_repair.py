@@ -22,8 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from baton.cascade import commands, node_ops, observe, set_ops, table_diff
+from baton.cascade import commands, node_ops, observe, set_ops, table_diff, verb_shown
 from baton.cascade.codec import encode_row
+from baton.cascade.copy_progress import CopyProgress
 from baton.cascade.db import open_node_db
 from baton.cascade.db.base import bucket_range
 from baton.cascade.model import Role, TableCopy
@@ -371,13 +372,31 @@ def test_resync_copies_again_and_a_copy_killed_midway_is_copied_again(
     with pytest.raises(NotFinished, match=r"is copying after 0\.2 s"):
         table_diff.resync(c, "s2", "items", timeout=0.2)  # no worker runs here
 
+    progress = CopyProgress(s2, "items")
+
     def killed(location: str, table: str, tick_id: int) -> TableCopy:
-        copy = spark_rows(spark)(location, table, tick_id)
+        copy = spark_rows(spark, rows_per_partition=2, progress=progress)(location, table, tick_id)
         raise RuntimeError(f"killed after reading {len(copy.rows)} rows")
 
     with pytest.raises(RuntimeError, match="killed after reading 5 rows"):
         node_ops.copy_table(s2, "items", killed)
     assert rows(s2) == before and c.state("s2").position > 0
+    # The copy's progress (its Spark tasks) is in s2's database: status shows it beside the
+    # table, and resync draws it while it waits.
+    (tasks_done, total) = observe.members(c)[1].copies["items"]
+    assert tasks_done == total > 1
+    shown = verb_shown.members_grid(observe.members(c), "s").rows[1][-1]
+    assert shown == f"items (copying {total}/{total} tasks)", shown
+    reports: list[tuple[str, str, str, int, int]] = []
+    table_diff.use_progress(lambda *r: reports.append(r))
+    try:
+        with pytest.raises(NotFinished):
+            table_diff.resync(c, "s2", "items", timeout=0.2)
+    finally:
+        table_diff.use_progress(None)
+    assert reports and reports[-1] == ("s2", "copy", "items", total, total)
+    progress.clear()  # as the worker does when its copy ends
+    assert observe.members(c)[1].copies == {}
     assert node_ops.copy_table(s2, "items", spark_rows(spark)) == "ok"
     assert rows(s2) == rows(s1)
     res = cli("resync", "s1", "items", "--via", s1)

@@ -59,6 +59,26 @@ def test_cascade_on_a_standalone_cluster(standalone: StandaloneCluster, cascade:
     assert not [line for line in subs.lines() if "Traceback" in line]
 
 
+def test_an_application_the_cluster_gives_no_executor_is_said(
+    standalone: StandaloneCluster, cascade: Cascade
+) -> None:
+    """Executors larger than any worker (as a cluster full of another application's, or of a
+    frozen driver's, would leave it): the worker applies nothing, and says why in one line
+    of its own log rather than only in Spark's."""
+    subs = cascade.run(
+        "subs", [cascade.loc["s2"]], "--spark-master", standalone.url,
+        "--spark-conf", "spark.executor.memory=4g",
+    )  # fmt: skip
+    said = 'msg="spark application has no executor:'
+    line = wait_for(
+        lambda: next((x for x in subs.lines() if said in x), None), timeout=120, what=said
+    )
+    assert f"master={standalone.url}" in line and "level=warning" in line, line
+    assert not standalone.executors()
+    assert not [x for x in subs.lines() if "Traceback" in x]
+    subs.stop()
+
+
 def test_compare_and_repair_on_a_standalone_cluster(
     standalone: StandaloneCluster, tmp_path: Path
 ) -> None:

@@ -31,6 +31,10 @@ def member_dict(m: observe.Member) -> dict[str, Any]:
     for key in ("merges", "combined"):  # only nodes of combined sets carry them
         if not out[key]:
             del out[key]
+    # Only a node whose worker is copying carries its copies' progress.
+    out["copies"] = {t: {"done": d, "total": n} for t, (d, n) in m.copies.items()}
+    if not out["copies"]:
+        del out["copies"]
     return out
 
 
