@@ -108,6 +108,17 @@ def _db(path: Path, *statements: str) -> Path:
     return path
 
 
+def _new_root(tmp_path: Path, rows: str, applied: str) -> Path:
+    """The promoted root s2's database: its items, and its audit table with the times."""
+    return _db(
+        node_db(tmp_path, "s2"),
+        "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER, writer TEXT)",
+        "CREATE TABLE items_applied (id INTEGER, n INTEGER, op TEXT, at REAL)",
+        rows,
+        applied,
+    )
+
+
 def test_fencing_finds_a_stale_epoch_a_shared_epoch_and_a_lost_accepted_write(
     tmp_path: Path,
 ) -> None:
@@ -208,13 +219,11 @@ def test_writes_stranded_on_a_lost_root_are_the_saved_ones_and_never_also_applie
         {"kind": "root-loss", "step": "failover", "root": "s2", "t": 10.5},
     ]
     assert checker.root_loss(history) == ("s2", 10.0, 10.5)
-    schema = "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER, writer TEXT)"
-    audit = "CREATE TABLE items_applied (id INTEGER, n INTEGER, op TEXT, at REAL)"
-    root = _db(
-        node_db(tmp_path, "s2"), schema, audit,
+    root = _new_root(
+        tmp_path,
         "INSERT INTO items VALUES (1, 1, 'w'), (2, 0, 'w'), (4, 0, 'w')",
         "INSERT INTO items_applied VALUES (1, 0, 'I', 1.5), (2, 0, 'I', 2.5), (1, 1, 'U', 11.0)",
-    )  # fmt: skip
+    )
     saved = _saved(tmp_path / "stranded.jsonl", ("U", 1, 1), ("I", 3, 0), ("I", -7, 0))
     stranded = checker.stranded_events(saved)
     assert stranded == [("update", 1, 1), ("insert", 3, 0)]  # the probe's row left out
@@ -269,13 +278,11 @@ def test_in_sync_mode_an_acknowledged_write_stranded_or_never_held_is_found(
         write("insert", 4, 0, 12.0),
         {"kind": "campaign-sync", "k": 1, "t": 0.5},
     ]
-    schema = "CREATE TABLE items (id INTEGER PRIMARY KEY, n INTEGER, writer TEXT)"
-    audit = "CREATE TABLE items_applied (id INTEGER, n INTEGER, op TEXT, at REAL)"
-    root = _db(
-        node_db(tmp_path, "s2"), schema, audit,
+    root = _new_root(
+        tmp_path,
         "INSERT INTO items VALUES (1, 0, 'w'), (2, 0, 'w'), (4, 0, 'w')",
         "INSERT INTO items_applied VALUES (1, 0, 'I', 1.5), (2, 0, 'I', 2.5), (4, 0, 'I', 12)",
-    )  # fmt: skip
+    )
     unconfirmed = [("insert", 3, 0)]
     assert checker.writes(root, history, unconfirmed, 10.0, sync=True) == []
     assert checker.acknowledged_held(root, history, 10.0, 11.0) == []
