@@ -18,11 +18,12 @@ EVERY = 1.0
 
 
 class CopyProgress:
-    """The progress callback of ``table``'s copy to the node at ``location``: (tasks done,
-    tasks in all)."""
+    """The progress callback of ``table``'s copy to the node at ``location`` by the worker of
+    ``epoch``: (tasks done, tasks in all). Fenced like the copy itself: once a newer worker
+    has applied at the node, a stale one's progress (and its clearing) writes nothing."""
 
-    def __init__(self, location: str, table: str) -> None:
-        self.location, self.table = location, table
+    def __init__(self, location: str, table: str, epoch: int = 0) -> None:
+        self.location, self.table, self.epoch = location, table, epoch
         self._last = 0.0
 
     def __call__(self, done: int, total: int) -> None:
@@ -30,14 +31,17 @@ class CopyProgress:
         if now - self._last < EVERY and done < total:
             return
         self._last = now
-        body = json.dumps({"done": done, "total": total, "at": time.time()})
-        with open_node_db(self.location) as db, db.transaction() as cur:
-            db.set_local(cur, PREFIX + self.table, body)
+        self._write(json.dumps({"done": done, "total": total, "at": time.time()}))
 
     def clear(self) -> None:
         """The copy ended (copied, refused or failed): no progress to show."""
+        self._write(None)
+
+    def _write(self, body: str | None) -> None:
         with open_node_db(self.location) as db, db.transaction() as cur:
-            db.set_local(cur, PREFIX + self.table, None)
+            if db.state().epoch > self.epoch:
+                return  # a newer worker copies here now: its progress, not this one's
+            db.set_local(cur, PREFIX + self.table, body)
 
 
 def of(db: NodeDB, table: str) -> tuple[int, int] | None:

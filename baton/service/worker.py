@@ -288,7 +288,7 @@ class Worker:
 
             self.stop()
             for table in ready:
-                progress = CopyProgress(self.location, table)
+                progress = CopyProgress(self.location, table, self.epoch)
                 try:
                     reader = spark_rows(self.spark, progress=progress)
                     state = copy_table(self.location, table, reader, epoch=self.epoch)

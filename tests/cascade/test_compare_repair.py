@@ -372,7 +372,7 @@ def test_resync_copies_again_and_a_copy_killed_midway_is_copied_again(
     with pytest.raises(NotFinished, match=r"is copying after 0\.2 s"):
         table_diff.resync(c, "s2", "items", timeout=0.2)  # no worker runs here
 
-    progress = CopyProgress(s2, "items")
+    progress = CopyProgress(s2, "items", epoch=1)
 
     def killed(location: str, table: str, tick_id: int) -> TableCopy:
         copy = spark_rows(spark, rows_per_partition=2, progress=progress)(location, table, tick_id)
@@ -395,7 +395,13 @@ def test_resync_copies_again_and_a_copy_killed_midway_is_copied_again(
     finally:
         table_diff.use_progress(None)
     assert reports and reports[-1] == ("s2", "copy", "items", total, total)
-    progress.clear()  # as the worker does when its copy ends
+    # A stale worker's progress is fenced like its copy: a newer epoch applied here, and the
+    # old worker's clearing leaves the mark alone.
+    with open_node_db(s2) as db, db.transaction() as cur:
+        db.set_local(cur, "epoch", "7")
+    progress.clear()
+    assert observe.members(c)[1].copies == {"items": (total, total)}
+    CopyProgress(s2, "items", epoch=7).clear()  # as the worker does when its copy ends
     assert observe.members(c)[1].copies == {}
     assert node_ops.copy_table(s2, "items", spark_rows(spark)) == "ok"
     assert rows(s2) == rows(s1)
