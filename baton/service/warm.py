@@ -132,6 +132,10 @@ def _run(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no event applied within {timeout:g} s")
                 worker.check()
+                if worker.starved:
+                    # Waiting on would only keep the standby from campaigning: it goes on
+                    # cold, and its worker says the same once it serves.
+                    raise TimeoutError("the cluster gave this application no executor")
                 halt.wait(POLL)
     finally:
         worker.close()

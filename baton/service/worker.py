@@ -134,6 +134,9 @@ class Worker:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
         self._created = time.monotonic()
         self._executors_looked_at = False
+        #: The cluster had given the application no executor :data:`STARVED_AFTER` seconds
+        #: after the start (it can apply nothing until it has one).
+        self.starved = False
 
     def _provider_location(self) -> tuple[str, str]:
         with open_node_db(self.location) as db:
@@ -216,10 +219,11 @@ class Worker:
                     and time.monotonic() < deadline
                 ):
                     self._look_at_executors()
-                    if self._halt.wait(0.05):
+                    if self.starved or self._halt.wait(0.05):
                         break
-                if not self._halt.is_set():
-                    _WARM.add(id(self.spark))  # halted: the next start waits in its place
+                if not self._halt.is_set() and not self.starved:
+                    # Halted or starved: no first micro-batch ran, the next start waits instead.
+                    _WARM.add(id(self.spark))
         log.info("worker started", extra={"location": self.location, "provider": provider})
 
     def _start_query(self, reader: DataFrame, provider: str, checkpoint: Path) -> StreamingQuery:
@@ -245,6 +249,7 @@ class Worker:
 
         self._executors_looked_at = True
         if executors(self.spark) == 0:
+            self.starved = True
             log.warning(
                 "spark application has no executor: the cluster has no free cores or memory "
                 "for it (a frozen driver keeps its executors until it is killed); give the "

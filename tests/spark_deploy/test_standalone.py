@@ -74,6 +74,13 @@ def test_an_application_the_cluster_gives_no_executor_is_said(
         lambda: next((x for x in subs.lines() if said in x), None), timeout=120, what=said
     )
     assert f"master={standalone.url}" in line and "level=warning" in line, line
+    # The standby's warm-up gives up rather than wait out its two minutes: it campaigns cold.
+    wait_for(
+        lambda: any('msg="campaigning for the node' in x for x in subs.lines()),
+        timeout=60,
+        what="the standby campaigning",
+    )
+    assert any("spark warm-up failed" in x and "no executor" in x for x in subs.lines())
     assert not standalone.executors()
     assert not [x for x in subs.lines() if "Traceback" in x]
     subs.stop()
