@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from baton.cascade.apply import claim_epoch
+from baton.cascade.batches import Outcome
 from baton.cascade.copy_progress import CopyProgress
 from baton.cascade.db import open_node_db
 from baton.cascade.node_ops import copy_ready, copy_table
@@ -318,9 +319,18 @@ class Worker:
             self.start()
             return
         if not self.query.isActive:
-            # Refusals baton expects (paused, provider changed, fenced) do not fail the query:
-            # the sink applies nothing and the checks above act on the node's state. So a
-            # query that stopped on its own met something unexpected.
+            ended = getattr(self.query, "outcome", None)  # a low-latency task's reason
+            if isinstance(ended, Outcome) and ended.ends_following:
+                # The task ended on a state baton expects (a pause, say by compare, that is
+                # over by now, or a provider change): the checks above saw the node's state
+                # now, so follow again. Neither a failure nor news.
+                log.debug("worker restarts", extra={"after": ended.value})
+                self.query = None
+                self.start()
+                return
+            # Refusals baton expects (paused, provider changed, fenced) do not fail a
+            # micro-batch query: the sink applies nothing and the checks above act on the
+            # node's state. So a query that stopped on its own met something unexpected.
             exc = self.query.exception()
             message = _first_line(exc) if exc is not None else "stopped"
             self.query = None

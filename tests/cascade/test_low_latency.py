@@ -139,3 +139,37 @@ def test_a_low_latency_worker_stopped_at_once_ends_its_task(
             assert isinstance(query, TaskQuery)
             worker.close()
             assert query.done and not query.isActive
+
+
+def test_a_pause_over_before_the_next_check_is_no_failure(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """compare pauses a node for a moment: its low-latency task ends on the pause, and the next
+    check, the pause over by then, starts the task again. Not a failure, however often: no
+    warning, nothing counted towards "keeps failing"."""
+    import logging
+
+    with LocalSet(tmp_path, spark, mode=LOW_LATENCY) as s:
+        s.root("s1")
+        s.branch("s2", "s1")
+        s.add_table("accounts")
+        s.start_workers()
+        worker, c = s.workers["s2"], s.cascade()
+        caplog.set_level(logging.INFO, logger="baton.cascade")
+        for _ in range(5):
+            query = worker.query
+            assert isinstance(query, TaskQuery)
+            set_ops.set_paused(c, "s2", True)
+
+            def ended(task: TaskQuery = query) -> bool:
+                return not task.isActive
+
+            wait_for(ended, what="the task ending on the pause")
+            set_ops.set_paused(c, "s2", False)
+            worker.check()
+            assert worker.query is not None and worker.query is not query
+            assert worker.failures == 0
+        run_workload(s.path("s1"), 10, seed=4)
+        s.wait_synced(["s2"])
+        assert s.rows("s2") == s.rows("s1")
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
