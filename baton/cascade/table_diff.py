@@ -513,8 +513,11 @@ def _suspects(c: CascadeSet, node: str, provider: str, table: str) -> list[tuple
 def compare_tables(
     c: CascadeSet, node: str, provider: str, tables: Sequence[str], position: int,
     *, differ: Differ, what: str = "compare",
+    within: dict[str, list[tuple[int, int]] | None] | None = None,
 ) -> dict[str, TableDiff]:  # fmt: skip
-    """Each table of ``tables`` compared while ``node`` is paused at ``position``."""
+    """Each table of ``tables`` compared while ``node`` is paused at ``position``. The key
+    ranges the first pass found suspect are put in ``within`` (a table -> its ranges, None
+    when there was no first pass); given a table's ranges there, only those are compared."""
     out = {}
     for table in tables:
         started = time.monotonic()
@@ -524,7 +527,12 @@ def compare_tables(
         positions = [cols.index(k) for k in pk] or list(range(len(cols)))
         key_cols = [cols[i] for i in positions]
         progress = MarkProgress(c, node, what, table)
-        suspect = _suspects(c, node, provider, table)
+        if within is not None and within.get(table) is not None:
+            suspect = within[table]
+        else:
+            suspect = _suspects(c, node, provider, table)
+            if within is not None:
+                within[table] = suspect
         if suspect == []:
             found: list[Candidate] = []  # every bucket's count and fingerprint agree
         elif suspect is not None and len(suspect) * BUCKET <= DIRECT_KEYS:
@@ -568,9 +576,14 @@ def repair(c: CascadeSet, node: str, table: str, differ: Differ) -> Repaired:
     pause at that position), compare again, resume."""
     provider, _ = _check_node(c, node, [table])
     with paused(c, node, "repair") as position:
-        diff = compare_tables(c, node, provider, [table], position, differ=differ, what="repair")[
-            table
-        ]
+        # The first pass's suspect ranges: the check after the repair reads only those. The
+        # node is paused at one position throughout and the repair writes only keys in them,
+        # so every other range is as the first pass found it (equal, or in flight from the
+        # provider, which the queue brings either way).
+        within: dict[str, list[tuple[int, int]] | None] = {}
+        diff = compare_tables(
+            c, node, provider, [table], position, differ=differ, what="repair", within=within
+        )[table]
         positions = [diff.columns.index(k) for k in diff.key_columns]
         rows = [d.provider for d in diff.diffs if d.provider is not None]
         keys = [[d.node[i] for i in positions] for d in diff.of(Kind.EXTRA) if d.node]
@@ -580,9 +593,9 @@ def repair(c: CascadeSet, node: str, table: str, differ: Differ) -> Repaired:
                 db.delete_keys(cur, table, diff.key_columns, keys)
             if rows:
                 db.upsert(cur, table, diff.columns, rows)
-        after = compare_tables(c, node, provider, [table], position, differ=differ, what="repair")[
-            table
-        ]
+        after = compare_tables(
+            c, node, provider, [table], position, differ=differ, what="repair", within=within
+        )[table]
     return Repaired(node, table, position, len(rows), len(keys), after.equal)
 
 

@@ -424,6 +424,36 @@ def test_the_first_pass_sums_buckets_or_steps_aside(pg: dict[str, str]) -> None:
         assert db.bucket_sums("j", 100) is None and db.bucket_sums("t", 100) is None
 
 
+def test_repair_checks_again_only_the_ranges_it_found_suspect(
+    pg: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its transaction, repair compares again only the key ranges the first pass found
+    suspect (the node stays paused at one position, and the repair writes only there): one
+    first pass in all, and no Spark for a few rows."""
+    s1, s2 = pg["s1"], pg["s2"]
+    for i in range(1, 501):
+        pg_write(s1, "INSERT INTO items VALUES (?, ?, 0.5, 'a', NULL)", (i, i))
+    tick(s1)
+    catch_up(s2)
+    at_branch(s2, "UPDATE items SET n = -1 WHERE id = 250")
+    at_branch(s2, "DELETE FROM items WHERE id = 420")
+    passes: list[str] = []
+    first_pass = table_diff._suspects
+
+    def counted(c: CascadeSet, node: str, provider: str, table: str) -> Any:
+        passes.append(table)
+        return first_pass(c, node, provider, table)
+
+    def no_spark(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Spark read a table for two suspect buckets")
+
+    monkeypatch.setattr(table_diff, "_suspects", counted)
+    fixed = table_diff.repair(CascadeSet(s2), "s2", "items", no_spark)
+    assert (fixed.written, fixed.deleted, fixed.equal_after) == (2, 0, True)
+    assert passes == ["items"]
+    assert rows(s2) == rows(s1)
+
+
 def test_every_key_is_in_its_buckets_range() -> None:
     """PostgreSQL's bigint division rounds toward zero, as Python's int(k / size) does for
     these keys: each key falls in the range compare reads for its bucket."""
