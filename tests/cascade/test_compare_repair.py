@@ -98,6 +98,14 @@ def pg(postgres_server: PostgresServer) -> Iterator[dict[str, str]]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def filled(root: str, branch: str, write: Any, count: int) -> None:
+    """Rows 1..``count`` at the root (``n`` = the id), ticked and applied at the branch."""
+    for i in range(1, count + 1):
+        write(root, "INSERT INTO items VALUES (?, ?, 0.5, 'a', NULL)", (i, i))
+    tick(root)
+    catch_up(branch)
+
+
 def rows(location: str) -> list[tuple[Any, ...]]:
     with open_node_db(location, readonly=True) as db:
         return [tuple(r) for r in db.read_rows("items")]
@@ -322,10 +330,7 @@ def test_through_the_command_line(lite: dict[str, str], spark: SparkSession) -> 
     from baton.spark.diff import spark_differ
 
     s1, s2 = lite["s1"], lite["s2"]
-    for i in range(1, 31):
-        sqlite_write(s1, "INSERT INTO items VALUES (?, ?, 1.5, 'a', NULL)", (i, i))
-    tick(s1)
-    catch_up(s2)
+    filled(s1, s2, sqlite_write, 30)
     at_branch(s2, "DELETE FROM items WHERE id <= 10")
     at_branch(s2, "UPDATE items SET n = -1 WHERE id > 25")
     argv = [BATON, "cascade", "repair", "s2", "items", "--via", s1, "--json"]
@@ -431,10 +436,7 @@ def test_repair_checks_again_only_the_ranges_it_found_suspect(
     suspect (the node stays paused at one position, and the repair writes only there): one
     first pass in all, and no Spark for a few rows."""
     s1, s2 = pg["s1"], pg["s2"]
-    for i in range(1, 501):
-        pg_write(s1, "INSERT INTO items VALUES (?, ?, 0.5, 'a', NULL)", (i, i))
-    tick(s1)
-    catch_up(s2)
+    filled(s1, s2, pg_write, 500)
     at_branch(s2, "UPDATE items SET n = -1 WHERE id = 250")
     at_branch(s2, "DELETE FROM items WHERE id = 420")
     passes: list[str] = []
