@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,97 @@ def run(rows: int, work: Path) -> dict[str, Any]:
     out["reladiff_diff_s"] = round(out["reladiff_diff_s"], 2)
     out["reladiff_clean_s"] = round(out["reladiff_clean_s"], 2)
     return out
+
+
+#: Issue 31's targets: compare at least this much faster than the fastest of reladiff and
+#: Londiste, repair at least this much faster than Londiste's.
+COMPARE_TARGET = 2.0
+REPAIR_TARGET = 5.0
+
+
+def suite(quick: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """``make bench``'s compare benchmark: baton (with reladiff) and Londiste 3 on the same
+    sizes, one after the other (1M rows; 10M too in a full run)."""
+    from bench import londiste_compare
+    from bench.londiste import ensure_installed
+
+    sizes = [1_000_000] if quick else [1_000_000, 10_000_000]
+    say(f"londiste {ensure_installed()}")
+    out: dict[str, Any] = {"baton": [], "londiste": []}
+    for rows in sizes:
+        with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+            out["baton"].append(run(rows, Path(tmp)))
+        say(f"baton and reladiff: {out['baton'][-1]}")
+        out["londiste"].append(londiste_compare.run(rows))
+        say(f"londiste: {out['londiste'][-1]}")
+    return out
+
+
+def _ratios(b: dict[str, Any], lon: dict[str, Any]) -> tuple[float, float, float]:
+    """(compare with differences, compare clean, repair): the fastest other's time over
+    baton's."""
+    diff = min(b["reladiff_diff_s"], lon["compare_diff_s"]) / max(b["compare_diff_s"], 1e-3)
+    clean = min(b["reladiff_clean_s"], lon["compare_clean_s"]) / max(b["compare_clean_s"], 1e-3)
+    return diff, clean, lon["repair_s"] / max(b["repair_s"], 1e-3)
+
+
+def _exact(b: dict[str, Any]) -> bool:
+    found = b["found"]
+    return (
+        all(found[k] == PLANTED for k in ("missing", "extra", "different"))
+        and b["repaired"] == {"written": 2 * PLANTED, "deleted": PLANTED, "equal_after": True}
+        and b["clean"]
+    )
+
+
+def summary(res: dict[str, Any]) -> list[str]:
+    """The summary's line: the targets, met or not, at each size."""
+    parts, ok = [], True
+    for b, lon in zip(res["baton"], res["londiste"], strict=True):
+        diff, clean, repair = _ratios(b, lon)
+        ok = ok and _exact(b) and min(diff, clean) >= COMPARE_TARGET and repair >= REPAIR_TARGET
+        parts.append(
+            f"{b['rows'] / 1e6:g}M rows compare {diff:.1f}x / clean {clean:.1f}x, "
+            f"repair {repair:.1f}x"
+        )
+    mark = "met" if ok else "**not met**"
+    return [
+        f"- **compare and repair** (issue 31; compare >= {COMPARE_TARGET:g}x the fastest of "
+        f"reladiff and Londiste, repair >= {REPAIR_TARGET:g}x Londiste's, exactly the planted "
+        f"rows): {mark}; " + "; ".join(parts) + "."
+    ]
+
+
+def section(res: dict[str, Any]) -> list[str]:
+    """The markdown section of docs/benchmarks.md."""
+    rows = []
+    for b, lon in zip(res["baton"], res["londiste"], strict=True):
+        diff, clean, repair = _ratios(b, lon)
+        n = f"{b['rows']:,}"
+        found = ", ".join(f"{v} {k}" for k, v in b["found"].items())
+        rows += [
+            f"| {n} | compare, {3 * PLANTED} differences | {b['compare_diff_s']:.2f} s ({found}) "
+            f"| {b['reladiff_diff_s']:.2f} s | {lon['compare_diff_s']:.2f} s | {diff:.1f}x |",
+            f"| {n} | compare, clean | {b['compare_clean_s']:.2f} s | "
+            f"{b['reladiff_clean_s']:.2f} s | {lon['compare_clean_s']:.2f} s | {clean:.1f}x |",
+            f"| {n} | repair | {b['repair_s']:.2f} s ({b['repaired']['written']} written, "
+            f"{b['repaired']['deleted']} deleted) | - | {lon['repair_s']:.2f} s | {repair:.1f}x |",
+        ]
+    return [
+        "## 11b. compare and repair, beside reladiff and Londiste 3 (issue 31)",
+        "",
+        "`bench/compare.py` and `bench/londiste_compare.py`: root and branch on one PostgreSQL "
+        "server, `accounts` filled alike on both, then 100 missing, 100 extra and 100 different "
+        "rows planted at the branch. baton on one local Spark session (`local[2]`), reladiff "
+        "(PyPI, its default bisection) on the same tables, Londiste 3's `compare` and `repair "
+        "--apply` on its own cascade with the same rows. The last column is the fastest "
+        "other's time over baton's (repair: Londiste's). More in section 17.",
+        "",
+        "| rows | | baton | reladiff | Londiste 3 | baton vs fastest other |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def main() -> None:

@@ -65,6 +65,8 @@ class Results:
     channels: dict[str, Any] | None = None
     #: bench.store_failover.store_failover_bench output (JSON-able).
     store_failover: dict[str, Any] | None = None
+    #: bench.compare.suite output (JSON-able).
+    compare: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -649,6 +651,10 @@ def summary_section(res: Results) -> list[str]:
         )
     if res.cascade:
         out += cascade_report.summary(res.cascade, res.londiste)
+    if res.compare:
+        from bench.compare import summary as compare_summary
+
+        out += compare_summary(res.compare)
     return out
 
 
@@ -849,6 +855,10 @@ def document(res: Results) -> str:
         from bench.store_failover import section as store_failover_section
 
         lines += store_failover_section(res.store_failover)
+    if res.compare:
+        from bench.compare import section as compare_section
+
+        lines += compare_section(res.compare)
     lines += [
         "## Notes",
         "",

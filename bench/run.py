@@ -25,6 +25,9 @@ Benchmarks (each starts its own servers in a temp dir and stops them, except ``p
               ``redis-sentinel`` (defaults and down-after 1 s), an unplanned kill and a planned
               switch; time until every client writes to the new master, acknowledged writes
               lost (PNGs of each client's write stream)
+``compare``   ``cascade compare`` and ``repair`` on 1M and 10M PostgreSQL rows with 300 planted
+              differences, beside reladiff and Londiste 3's compare and repair (1M only with
+              ``--quick``)
 ``groups``    group leader recovery: SIGKILL a node (not the controller) leading groups among
               5 ``baton node`` agents running 30 replicated objects, until those groups have a
               new leader nominated, leading and serving; on SQLite unless ``--backend`` is given
@@ -56,7 +59,7 @@ from bench.report import Results, console, document
 
 NAMES = (
     "failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups", "cascade",
-    "channels", "store-failover",
+    "channels", "store-failover", "compare",
 )  # fmt: skip
 DOC = REPO / "docs" / "benchmarks.md"
 #: ``--wait-idle``: start when the 1-minute load average is below this, waiting at most
@@ -157,6 +160,12 @@ def _store_failover(res: Results, quick: bool) -> None:
     res.store_failover = store_failover_bench(quick, say, plot_dir=DOC.parent)
 
 
+def _compare(res: Results, quick: bool) -> None:
+    from bench.compare import suite
+
+    res.compare = suite(quick, say)
+
+
 def run(
     names: Sequence[str],
     backends: Sequence[str],
@@ -213,6 +222,9 @@ def run(
     if "store-failover" in names:
         what = "store failover, baton and Redis Sentinel"
         jobs.append((what, partial(_store_failover, res, quick)))
+    if "compare" in names:
+        what = "compare and repair, baton, reladiff and Londiste 3"
+        jobs.append((what, partial(_compare, res, quick)))
     for what, job in jobs:
         _attempt(res, what, job)
     res.duration = time.monotonic() - started

@@ -27,3 +27,24 @@ def test_etcd_is_held_to_its_own_targets() -> None:
     ]
     marks = _on_target(failover_table(failover))
     assert marks["baton/redis"].startswith("yes") and marks["baton/etcd"].startswith("**NO**")
+
+
+def test_compare_is_held_to_issue_31s_targets() -> None:
+    """compare at least 2x faster than the fastest other, repair 5x Londiste's, and exactly the
+    planted rows found and repaired; a miss in any one is said."""
+    from bench.compare import section, summary
+
+    baton = {
+        "rows": 1_000_000, "compare_diff_s": 0.5, "compare_clean_s": 0.2, "repair_s": 0.6,
+        "reladiff_diff_s": 4.0, "reladiff_clean_s": 1.8, "clean": True,
+        "found": {"missing": 100, "extra": 100, "different": 100},
+        "repaired": {"written": 200, "deleted": 100, "equal_after": True},
+    }  # fmt: skip
+    londiste = {"compare_diff_s": 2.6, "compare_clean_s": 2.5, "repair_s": 3.2}
+    met = summary({"baton": [baton], "londiste": [londiste]})
+    assert "): met;" in met[0] and "repair 5.3x" in met[0]
+    slow = summary({"baton": [{**baton, "repair_s": 0.7}], "londiste": [londiste]})
+    assert "**not met**" in slow[0]
+    inexact = {**baton, "found": {"missing": 99, "extra": 100, "different": 100}}
+    assert "**not met**" in summary({"baton": [inexact], "londiste": [londiste]})[0]
+    assert any("| 5.3x |" in line for line in section({"baton": [baton], "londiste": [londiste]}))
