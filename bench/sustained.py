@@ -408,6 +408,45 @@ def plot(results: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def markdown(results: dict[str, dict[str, Any]]) -> str:
+    """The per-minute table of docs/benchmarks.md: for each system the root's and the branch's
+    event tables on disk at the minute's end, the dead tuples' maximum in the minute, the
+    autovacuums (baton) or rotations (PgQ) of the root's queue, and the lag at the leaf."""
+    names = list(results)
+    head = ["min"]
+    for name in names:
+        head += [
+            f"{name} root / branch MiB",
+            f"{name} dead max root / branch",
+            f"{name} {'rotations' if name == 'londiste' else 'autovacuums'} root",
+            f"{name} lag p50 / p99 ms",
+        ]
+    head.append("load")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    minutes = max(len(r["per_minute"]) for r in results.values())
+    for m in range(minutes):
+        cells = [str(m + 1)]
+        load = []
+        for name in names:
+            rows = results[name]["per_minute"]
+            row = rows[m] if m < len(rows) else {}
+            if not row.get("nodes"):
+                cells += ["", "", "", ""]
+                continue
+            r, b = row["nodes"]["root"], row["nodes"]["branch"]
+            turns = r["rotations"] if name == "londiste" else r["autovacuums"]
+            cells += [
+                f"{r['size_mib']:.0f} / {b['size_mib']:.0f}",
+                f"{r['dead_max']:,} / {b['dead_max']:,}",
+                str(turns),
+                f"{row['lag_p50'] * 1000:.0f} / {row['lag_p99'] * 1000:.0f}",
+            ]
+            load.append(f"{row['load']:.1f}")
+        cells.append(", ".join(load))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _revision() -> str:
     res = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
@@ -418,21 +457,29 @@ def _revision() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sustained", description=__doc__)
-    parser.add_argument("--minutes", type=int, required=True)
+    parser.add_argument("--minutes", type=int, help="minutes of writing per system")
     parser.add_argument("--rate", type=float, default=5000.0, help="changes per second")
     parser.add_argument("--system", choices=("baton", "londiste", "both"), default="both")
     parser.add_argument("--sample", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--pgq-rotation", default="5 minutes", help="PgQ's rotation period")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT)
-    parser.add_argument("--plot-only", action="store_true", help="only redraw the plot from --json")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: redraw the plot from --json and print its per-minute markdown table",
+    )
     args = parser.parse_args(argv)
-    if args.minutes < 1 or args.rate <= 0 or not 0 < args.sample <= 60 or 60 % args.sample:
-        parser.error("--minutes >= 1, --rate > 0, --sample a divisor of 60")
-    console = Console(stderr=True, width=180)  # a log file is wide too
-    if args.plot_only:
-        plot(json.loads(args.json.read_text())["systems"], args.plot)
+    if args.report:
+        systems = json.loads(args.json.read_text())["systems"]
+        plot(systems, args.plot)
+        print(markdown(systems))
         return
+    if args.minutes is None or args.minutes < 1:
+        parser.error("--minutes N (N >= 1) is needed")
+    if args.rate <= 0 or not 0 < args.sample <= 60 or 60 % args.sample:
+        parser.error("--rate > 0 and --sample a divisor of 60")
+    console = Console(stderr=True, width=180)  # a log file is wide too
     out: dict[str, Any] = {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "revision": _revision(),
