@@ -429,8 +429,9 @@ class NodeDB(abc.ABC):
         """``compare``'s cheap first pass: for each bucket of ``table``'s key (one integer
         column; the bucket of k is k / ``size`` rounded toward zero, see
         :func:`bucket_range`), its row count and a fingerprint of its rows (the XOR of a
-        64-bit hash of each whole row), computed in the database in one scan; None when this
-        backend, the key or the columns' types do not allow it (then every row is read)."""
+        64-bit hash of each whole row, which two rows that differ by capture's rules share
+        only by a collision), computed in the database in one
+        scan; None when this backend or the key do not allow it (then every row is read)."""
         return None
 
     def tables(self) -> dict[str, str]:
