@@ -478,6 +478,23 @@ class Election:
     async def _follow(self) -> None:
         """One follower step: look at the lease, then campaign or wait for a change."""
         self._wake.clear()
+        if self._successor_for_me:
+            # The feed said a release named this node: campaign at once, without looking at
+            # the lease first (one round trip less). The store decides on its own state, so a
+            # lease taken or reserved for another since is refused, and the next step looks.
+            self._successor_for_me = False
+            sent_at = self.clock.monotonic()
+            lease = await self._call(self.store.acquire(self.name, self.node_id, self.timings.ttl))
+            if lease is not None:
+                self._become_leader(lease, sent_at)
+            return
+        now = self.clock.monotonic()
+        if self.leader is None and now < self._hold_off_until:
+            # Free when last heard of (this node released it, or the feed said it was released
+            # to another), and not this node's to take yet: nothing a read could change. The
+            # feed wakes it when someone acquires (or at the end of the hold-off it looks).
+            await self._sleep_or_wake(self._hold_off_until - now)
+            return
         current = await self._call(self.store.get_lease(self.name))
         if current is not None:
             # Held by another, or by an earlier incarnation of this node that may still be

@@ -48,9 +48,11 @@ leases are renewed each on its own key, 120 to a request, each a nested transact
 holder, epoch and expiry, so that one lost lease does not fail the others. A member's expiry is
 its bundle's, in every read, fence and expiry below.
 
-*Acquires* that queue behind another write of the same store commit a group at a time, and an
-acquire right after ``get_lease`` found the lease free uses that read
-(:mod:`baton.store.etcd_acquire`).
+*Acquires* that queue behind another write of the same store commit a group at a time, an
+acquire right after ``get_lease`` found the lease free uses that read, and an acquire right after
+this store's watch delivered the lease's release (the newest change) commits on what the release
+left, without reading (:mod:`baton.store.etcd_acquire`): a successor named by a handover takes
+the lease in one round trip.
 
 *Fenced writes.* :class:`~baton.store.base.LeaseHeld` is checked when read and again inside the
 writing transaction (holder and epoch unchanged, expiry, its own or its bundle's, still ahead of
@@ -60,7 +62,8 @@ network latency.
 *The change feed* reads the log keys; every watcher watches them through etcd, which sends each
 new entry with its value, so a watcher woken by a change takes it from the watch without asking
 (:mod:`baton.store.etcd_tail` says when that is safe; otherwise it reads), and looks for due
-expiries again only after an acquisition or once the soonest expiry it saw is due. The log keeps
+expiries again only once the soonest expiry it saw is due, or after an acquisition whose expiry
+the watch did not bring (an ``acquired`` entry carries the lease's expiry). The log keeps
 about ``log_limit`` changes: older positions raise :class:`~baton.errors.FeedCompacted`, as do
 positions of another incarnation and positions ahead of the counter (a cluster that went back in
 time).
@@ -383,9 +386,15 @@ class EtcdStore(Store):
         cached = self._soonest
         if cached is not None:
             inc, rev, soonest_us = cached
-            # Nothing acquired since that look (the only way a lease expiry earlier than the
-            # soonest one seen can appear; renewals only postpone): no need to look again.
-            if not self._ks.tail.acquired_after(inc, rev):
+            # Only an acquisition can bring a lease expiry earlier than the soonest one seen
+            # (renewals only postpone): with the expiries of those delivered since that look,
+            # no need to look again.
+            seen = self._ks.tail.acquired_expiries(inc, rev)
+            if seen is not None:
+                through, first = seen
+                if first is not None:
+                    soonest_us = first if soonest_us is None else min(soonest_us, first)
+                self._soonest = (inc, through, soonest_us)
                 now = self._now_us()
                 if soonest_us is None:
                     return None

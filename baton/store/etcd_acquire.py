@@ -8,6 +8,14 @@ cheaper without weakening it:
   when it found the lease free, that read serves the acquire (:meth:`Acquisition.peeked`). The
   commit's compares catch anything written since, and a possibly stale read never refuses: it
   reads again instead.
+* *A release just delivered.* When the newest change this store's watches delivered
+  (:attr:`~baton.store.etcd_tail.LogTail.newest`) is the release of the lease, to this holder or
+  to nobody in particular, the acquire writes at once: the release left the lease's keys absent
+  (its handover key, if it named a successor, written by the release), the revision counter
+  written by the release, and the epoch key at the released epoch, and the commit compares
+  exactly that (the epoch key by its value: the event does not tell its ``mod_revision``). A
+  successor named by a handover then takes the lease one round trip after the release reached
+  it. Anything written since fails a compare, and the acquire reads as usual.
 * *Acquires that wait together commit together.* A store's writes take turns (they all compare
   the revision counter). Acquires that queue up behind another write are taken
   :data:`GROUP` at a time: one read for all their keys and one commit for all their changes, so
@@ -88,8 +96,49 @@ class Acquisition:
             self._peeked.clear()
         self._peeked[name] = view
 
+    def _after_release(self, name: str, holder: str) -> tuple[View, list[JSON]] | None:
+        """The lease's keys as the newest change delivered, a release of ``name`` that leaves it
+        to ``holder`` or to anyone, left them, and the compare that view needs besides its
+        ``mods`` (see the module docstring); None when the tail does not show that."""
+        tail, known = self.ks.tail, self.ks.known()
+        newest = tail.newest
+        if newest is None or known is None or known.inc is None:
+            return None
+        revision, mod, entry = newest
+        if revision != tail.high or mod <= 0:
+            return None  # a read saw a later change, or the watch did not say where
+        if entry.get("k") != ChangeKind.RELEASED.value or entry.get("n") != name:
+            return None
+        successor, epoch = entry.get("s"), entry.get("e")
+        if successor not in (None, holder) or not isinstance(epoch, int):
+            return None
+        lk, xk, bk, ek, hk = self.keys(name)
+        rk, ik = self.ks.key("rev"), self.ks.key("inc")
+        view = View(
+            rev=revision,
+            inc=known.inc,
+            # The handover key (reserved for ``holder``, when there is one) is compared by its
+            # mod_revision only: a reservation for the acquirer refuses nothing.
+            values={rk: str(revision).encode(), ik: known.inc.encode(), ek: str(epoch).encode()},
+            mods={
+                rk: mod,
+                ik: known.mods.get(ik, 0),
+                lk: 0,
+                xk: 0,
+                bk: 0,
+                hk: mod if successor is not None else 0,
+            },
+        )
+        return view, [keyspace.value_is(ek, str(epoch))]
+
     async def acquire(self, name: str, holder: str, ttl: float) -> Lease | None:
         peeked = self._peeked.pop(name, None)
+        compares: list[JSON] = []
+        released = self._after_release(name, holder)
+        if released is not None and (peeked is None or peeked.rev < released[0].rev):
+            # The release came after the read get_lease kept (the read of a node that let
+            # the lease go, kept until its next campaign, would only fail its compares).
+            peeked, compares = released
         if peeked is None and self.ks.writing.locked():
             waiting = _Waiting(name, holder, ttl, asyncio.get_running_loop().create_future())
             self._queue.append(waiting)
@@ -99,7 +148,7 @@ class Acquisition:
                 self._drainer = asyncio.ensure_future(self._drain())
             return await waiting.done
         async with self.ks.writing:
-            return await self._one(name, holder, ttl, peeked)
+            return await self._one(name, holder, ttl, peeked, compares)
 
     def left(self, name: str, bid: str | None) -> None:
         """``name`` left bundle ``bid`` by this store's last commit, which rewrote its key."""
@@ -132,7 +181,10 @@ class Acquisition:
                 return None
         grant, ttl_us = self.grant_us(), round(ttl * _US)
         epoch = max(grant, int(view.values.get(ek, b"0")) + 1)
-        changes.append(keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch))
+        # x: its expiry, for watchers that look for the soonest (etcd_tail).
+        changes.append(
+            keyspace.change(ChangeKind.ACQUIRED, name, h=holder, e=epoch, x=grant + ttl_us)
+        )
         writes += [
             keyspace.put(lk, f"{holder}\n{epoch}"),
             keyspace.put(xk, expiry_value(grant + ttl_us, ttl_us)),
@@ -145,23 +197,29 @@ class Acquisition:
         )
 
     async def _one(
-        self, name: str, holder: str, ttl: float, peeked: View | None = None
+        self,
+        name: str,
+        holder: str,
+        ttl: float,
+        peeked: View | None = None,
+        compares: list[JSON] | None = None,
     ) -> Lease | None:
-        """One acquire, with this store's turn to write held."""
+        """One acquire, with this store's turn to write held. ``peeked``: a view not read just
+        now (with ``compares`` besides its ``mods``), tried first."""
         for attempt in range(keyspace.MAX_ATTEMPTS):
             view = peeked or await bundles.read_resolved(self.ks, self.keys(name))
             decided = self._decide(view, name, holder, ttl)
             if decided is None:
                 if peeked is not None:  # maybe stale: only a fresh read may refuse
-                    peeked = None
+                    peeked = compares = None
                     continue
                 return None
-            if await self.ks.commit(view, decided.writes, decided.changes):
+            if await self.ks.commit(view, decided.writes, decided.changes, compares or ()):
                 self.left(name, decided.left)
                 return decided.lease
             if peeked is None:
                 await self.ks.retry_pause(attempt)
-            peeked = None
+            peeked = compares = None
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _drain(self) -> None:

@@ -14,9 +14,16 @@ another incarnation, no live watch, a watch that broke, a log entry deleted that
 than the tail: the data was reset) sends the watcher to read etcd as before, which also reports
 compaction.
 
+It keeps the newest entry with the etcd revision that wrote it (:attr:`LogTail.newest`): when
+that entry is a release, an acquire of the lease can write at once, comparing what the release
+left, instead of reading first (:mod:`baton.store.etcd_acquire`).
+
 It also tells whether a lease may have been acquired since a revision (:meth:`acquired_after`):
 only an acquisition can bring a lease expiry earlier than the soonest one seen, so a watcher
-that saw nothing acquired need not look for due expiries again before that soonest one.
+that saw nothing acquired need not look for due expiries again before that soonest one. An
+``acquired`` entry carries the lease's expiry (``x``, microseconds), so a watcher that saw
+acquisitions takes the soonest of their expiries from here (:meth:`acquired_expiries`) instead of
+looking again.
 """
 
 from __future__ import annotations
@@ -51,10 +58,19 @@ class LogTail:
         #: Bumped by every reset: a read counts only when no reset happened while it ran.
         self.generation = 0
         self.verified_at = 0.0
+        #: ``(revision, etcd mod_revision, entry)`` of the newest entry delivered.
+        self.newest: tuple[int, int, JSON] | None = None
+        #: Expiry (us) of the lease each ``acquired`` entry kept gave, None when it has none.
+        self.acquired: dict[int, int | None] = {}
+        #: Entries below this revision were dropped (:data:`KEEP`).
+        self.dropped_below = 0
 
     def reset(self) -> None:
         self.entries.clear()
         self.high = 0
+        self.newest = None
+        self.acquired.clear()
+        self.dropped_below = 0
         self.covered_from = None
         self.incarnation = None
         self.generation += 1
@@ -76,7 +92,7 @@ class LogTail:
             if event.get("type") == "DELETE":
                 self.deleted(revision)
             else:
-                self.put(revision, unb64(kv.get("value")))
+                self.put(revision, unb64(kv.get("value")), int(kv.get("mod_revision", 0)))
 
     def closed(self) -> None:
         """A watch ended (stopped or broken): entries in flight to it alone may never arrive,
@@ -84,20 +100,28 @@ class LogTail:
         self.watches -= 1
         self.reset()
 
-    def put(self, revision: int, value: bytes) -> None:
+    def put(self, revision: int, value: bytes, mod: int = 0) -> None:
+        """Entry ``revision`` arrived, written at etcd revision ``mod`` (0: not known)."""
         if revision in self.entries:
             return  # delivered by another watch too
         self.entries[revision] = value
         self.high = max(self.high, revision)
         try:
-            if json.loads(value).get("k") == ChangeKind.ACQUIRED.value:
-                self.last_acquired = max(self.last_acquired, revision)
+            entry = json.loads(value)
         except ValueError:
             self.reset()
             return
+        if self.newest is None or revision > self.newest[0]:
+            self.newest = (revision, mod, entry)
+        if entry.get("k") == ChangeKind.ACQUIRED.value:
+            self.last_acquired = max(self.last_acquired, revision)
+            expiry = entry.get("x")
+            self.acquired[revision] = expiry if isinstance(expiry, int) else None
         if len(self.entries) > KEEP:
             for old in sorted(self.entries)[: len(self.entries) - KEEP]:
                 del self.entries[old]
+                self.acquired.pop(old, None)
+                self.dropped_below = max(self.dropped_below, old + 1)
 
     def deleted(self, revision: int) -> None:
         """A log entry was deleted: a trim of old entries, or the data being reset."""
@@ -145,6 +169,22 @@ class LogTail:
         if not out and revision < self.high:
             return None  # a gap: entries dropped, or not kept
         return out
+
+    def acquired_expiries(self, incarnation: str, revision: int) -> tuple[int, int | None] | None:
+        """The acquisitions delivered after ``revision``: the last one's revision (``revision``
+        when none) and the soonest expiry they gave (None when none); None when the tail cannot
+        tell (as :meth:`acquired_after`, or an entry dropped or without its expiry).
+        Acquisitions not delivered yet come later, and wake the watcher when they do."""
+        if not self.acquired_after(incarnation, revision):
+            return revision, None
+        if not self.trusted(incarnation) or revision < (self.covered_from or 0):
+            return None
+        if revision + 1 < self.dropped_below:
+            return None
+        found = [(r, x) for r, x in self.acquired.items() if r > revision]
+        if not found or any(x is None for _, x in found):
+            return None
+        return max(r for r, _ in found), min(x for _, x in found if x is not None)
 
     def acquired_after(self, incarnation: str, revision: int) -> bool:
         """Whether an acquisition may have been logged after ``revision`` (True when the tail

@@ -13,7 +13,7 @@ import pytest
 from baton.errors import LeaseLost, LossReason, NotLeader
 from baton.lease.election import Election, LeadershipLost, NewLeader, NewState, State
 from baton.lease.timings import Timings
-from baton.store import Store
+from baton.store import Lease, Store
 from baton.testing import await_for
 from tests.conftest import Backend
 
@@ -99,6 +99,58 @@ async def test_elect_names_the_next_leader(backend: Backend) -> None:
         await await_for(lambda: target.is_leader, what=f"{target.node_id} to lead")
         assert leaders(es) == [target]
         assert target.epoch is not None and first.epoch is None
+
+
+async def test_named_successor_campaigns_without_looking_first(backend: Backend) -> None:
+    """The feed says a release named this participant: it acquires at once, without reading
+    the lease after that (the store's acquire decides); the others only wait."""
+    async with participants(backend, 3) as es:
+        first = await one_leader(es)
+        target = next(e for e in es if e is not first)
+        await await_for(lambda: target.leader == first.node_id, what="the leader known")
+        seen: list[object] = []
+        target.on_event(seen.append)
+        look = target.store.get_lease
+
+        async def counted(name: str) -> Lease | None:
+            seen.append("get_lease")
+            return await look(name)
+
+        target.store.get_lease = counted  # type: ignore[method-assign]
+        old_epoch = first.epoch
+        assert old_epoch is not None
+        await first.elect(target.node_id)
+        await await_for(lambda: target.is_leader, what=f"{target.node_id} to lead")
+        assert target.epoch is not None and target.epoch > old_epoch
+        released = seen.index(NewLeader(None, None))
+        led = seen.index(NewState(State.LEADER))
+        assert released < led and "get_lease" not in seen[released:led]
+        assert leaders(es) == [target]
+
+
+async def test_the_old_leader_does_not_look_until_the_successor_leads(backend: Backend) -> None:
+    """After a handover the old leader holds off: it reads the lease only once the feed says
+    the successor acquired it, so it adds no request while the successor takes over."""
+    async with participants(backend, 2) as es:
+        first = await one_leader(es)
+        target = next(e for e in es if e is not first)
+        await await_for(lambda: target.leader == first.node_id, what="the leader known")
+        seen: list[object] = []
+        first.on_event(seen.append)
+        look = first.store.get_lease
+
+        async def counted(name: str) -> Lease | None:
+            seen.append("get_lease")
+            return await look(name)
+
+        first.store.get_lease = counted  # type: ignore[method-assign]
+        await first.elect(target.node_id)
+        await await_for(lambda: target.is_leader, what=f"{target.node_id} to lead")
+        await await_for(lambda: first.leader == target.node_id, what="the old leader to know")
+        assert target.epoch is not None
+        told = seen.index(NewLeader(target.node_id, target.epoch))
+        assert "get_lease" not in seen[:told]
+        assert leaders(es) == [target]
 
 
 async def test_leadership_body_is_cancelled_when_lease_lost(backend: Backend) -> None:

@@ -80,3 +80,43 @@ def test_keeps_the_newest_entries_only() -> None:
     assert [r for r, _ in tail.after("inc", KEEP + 5, 100) or []] == list(
         range(KEEP + 6, KEEP + 11)
     )
+
+
+def acquired(revision: int, expiry: int | None, mod: int = 0) -> dict[str, object]:
+    fields: dict[str, object] = {"k": "acquired", "n": "x"}
+    if expiry is not None:
+        fields["x"] = expiry
+    value = json.dumps(fields).encode()
+    key = b64(f"{LOG}{revision:020d}")
+    return {"kv": {"key": key, "value": b64(value), "mod_revision": str(mod)}}
+
+
+def test_acquisitions_tell_their_soonest_expiry() -> None:
+    tail = covered()
+    assert tail.acquired_expiries("inc", 10) == (10, None)  # nothing acquired
+    tail.events(LOG, [acquired(11, 5_000), put(12), acquired(13, 3_000)])
+    assert tail.acquired_expiries("inc", 10) == (13, 3_000)
+    assert tail.acquired_expiries("inc", 11) == (13, 3_000)
+    assert tail.acquired_expiries("inc", 13) == (13, None)
+    assert tail.acquired_expiries("inc", 9) is None  # behind what the read covered
+    assert tail.acquired_expiries("other", 10) is None
+    tail.events(LOG, [acquired(14, None)])  # an entry without its expiry: cannot tell
+    assert tail.acquired_expiries("inc", 13) is None
+
+
+def test_acquisitions_dropped_from_the_tail_cannot_be_told() -> None:
+    tail = covered(0)
+    tail.events(LOG, [acquired(1, 7)] + [put(r) for r in range(2, KEEP + 3)])
+    assert tail.acquired_expiries("inc", 0) is None
+    assert tail.acquired_expiries("inc", 5) == (5, None)
+
+
+def test_the_newest_entry_and_where_etcd_wrote_it() -> None:
+    tail = covered()
+    tail.events(LOG, [acquired(11, 1, mod=40), acquired(12, 1, mod=41)])
+    assert tail.newest is not None and tail.newest[:2] == (12, 41)
+    tail.events(LOG, [acquired(12, 1, mod=41)])  # the same entry from another watch
+    assert tail.newest[:2] == (12, 41)
+    assert tail.newest[2] == {"k": "acquired", "n": "x", "x": 1}
+    tail.events(LOG, None)
+    assert tail.newest is None
