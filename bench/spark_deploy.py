@@ -66,22 +66,28 @@ def deployment(name: str, directory: Path) -> Iterator[SparkSession]:
             spark.stop()
 
 
-def measure(name: str, changes: int, seconds: float) -> dict[str, Any]:
+def measure(
+    name: str, changes: int, seconds: float, *, mode: str = "micro-batch",
+    kind: str = "sqlite", rate: int = 2000,
+) -> dict[str, Any]:  # fmt: skip
     """Throughput and lag of the cascade on deployment ``name``."""
     with temp_dir("spark-deploy") as directory:
         started = time.monotonic()
         with deployment(name, directory) as spark:
             ready = time.monotonic() - started
-            with PeakMemory() as memory, baton_set("sqlite", directory / "set", spark) as s:
+            with PeakMemory() as memory, baton_set(kind, directory / "set", spark, mode) as s:
                 t0 = time.monotonic()
                 _warm(s)
                 warm = time.monotonic() - t0
                 result: dict[str, Any] = {
                     "deployment": name,
+                    "mode": mode,
+                    "kind": kind,
+                    "rate": rate,
                     "session_s": ready,
                     "first_batches_s": warm,
                     "throughput": throughput(s, changes, seed=1),
-                    "lag": lag(s, (2000,), seconds),
+                    "lag": lag(s, (rate,), seconds),
                 }
                 result["leaf_equals_root"] = accounts_load.signature(
                     s.target("leaf")
@@ -90,13 +96,17 @@ def measure(name: str, changes: int, seconds: float) -> dict[str, Any]:
     return result
 
 
-def run_all(changes: int, seconds: float) -> dict[str, Any]:
-    """Every deployment, one after the other, each in a new process."""
+def run_all(
+    changes: int, seconds: float, names: tuple[str, ...] = DEPLOYMENTS,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:  # fmt: skip
+    """Each deployment of ``names``, one after the other, each in a new process (``extra``:
+    the mode, kind and rate options, passed on)."""
     out: dict[str, Any] = {"changes": changes, "seconds": seconds, "loadavg_start": loadavg()}
-    for name in DEPLOYMENTS:
+    for name in names:
         print(f"spark_deploy: {name}", file=sys.stderr, flush=True)
         argv = [sys.executable, "-m", "bench.spark_deploy", "--one", name,
-                "--changes", str(changes), "--seconds", str(seconds)]  # fmt: skip
+                "--changes", str(changes), "--seconds", str(seconds), *extra]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             out[name] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -109,7 +119,7 @@ def table(results: dict[str, Any]) -> str:
     """The results as a Markdown table."""
     lines = [
         "| deployment | session ready | first batches | throughput (events/s) | "
-        "lag p50 / p99 / max at 2,000/s | leaf = root |",
+        "lag p50 / p99 / max | leaf = root |",
         "|---|---|---|---|---|---|",
     ]
     for name in DEPLOYMENTS:
@@ -117,9 +127,10 @@ def table(results: dict[str, Any]) -> str:
         if "error" in r or not r:
             lines.append(f"| {name} | failed: {r.get('error', 'not run')} | | | | |")
             continue
-        lg = r["lag"]["2000"]
+        lg = next(iter(r["lag"].values()))
         lines.append(
-            f"| {name} | {r['session_s']:.1f} s | {r['first_batches_s']:.1f} s | "
+            f"| {name} ({r.get('mode', 'micro-batch')}, {r.get('rate', 2000):,}/s) | "
+            f"{r['session_s']:.1f} s | {r['first_batches_s']:.1f} s | "
             f"{r['throughput']['events_per_s']:,.0f} | "
             f"{lg['p50'] * 1000:.0f} / {lg['p99'] * 1000:.0f} / {lg['max'] * 1000:.0f} ms | "
             f"{'yes' if r['leaf_equals_root'] else 'NO'} |"
@@ -131,12 +142,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.spark_deploy", description=__doc__)
     parser.add_argument("--changes", type=int, default=50_000)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--mode", choices=("micro-batch", "low-latency"), default="micro-batch")
+    parser.add_argument("--kind", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--rate", type=int, default=2000, help="changes/s of the lag run")
+    parser.add_argument("--only", choices=DEPLOYMENTS, action="append", help="(repeatable)")
     parser.add_argument("--one", choices=DEPLOYMENTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(measure(args.one, args.changes, args.seconds)))
+        one = measure(
+            args.one, args.changes, args.seconds, mode=args.mode, kind=args.kind, rate=args.rate
+        )
+        print(json.dumps(one))
         return
-    results = run_all(args.changes, args.seconds)
+    extra = ("--mode", args.mode, "--kind", args.kind, "--rate", str(args.rate))
+    results = run_all(args.changes, args.seconds, tuple(args.only or DEPLOYMENTS), extra)
     print(json.dumps(results, indent=2))
     print(table(results), file=sys.stderr)
 
