@@ -122,8 +122,8 @@ def table(results: dict[str, Any]) -> str:
         "lag p50 / p99 / max | leaf = root |",
         "|---|---|---|---|---|---|",
     ]
-    for name in DEPLOYMENTS:
-        r = results.get(name, {})
+    for name in (n for n in DEPLOYMENTS if n in results):
+        r = results[name]
         if "error" in r or not r:
             lines.append(f"| {name} | failed: {r.get('error', 'not run')} | | | | |")
             continue
