@@ -303,6 +303,7 @@ def _seen(snap: _Snapshot, seen: bool = True) -> tuple[sql.Composable, list[Any]
 
 
 _INTEGERS = ("bigint", "integer", "smallint")
+_TEXTS = ("text",)
 
 #: Settings of ``bucket_sums``'s transaction. The text forms it hashes must not depend on a
 #: session's settings (the two databases' may differ); JIT compiling costs more than it saves
@@ -335,7 +336,7 @@ def _column_hash(column: str, type_: str, seed: int) -> sql.Composable:
     if type_ in _INTEGERS or type_ == "boolean":
         h = sql.SQL("hashint8extended({}::int::bigint, {})" if type_ == "boolean"
                     else "hashint8extended({}::bigint, {})").format(c, s)  # fmt: skip
-    elif type_ == "text" or type_.startswith("character varying"):
+    elif type_ in _TEXTS or type_.startswith("character varying"):
         h = sql.SQL('hashtextextended({}::text COLLATE "C", {})').format(c, s)
     elif type_ in ("double precision", "real"):
         h = sql.SQL(
