@@ -101,6 +101,20 @@ async def test_elect_names_the_next_leader(backend: Backend) -> None:
         assert target.epoch is not None and first.epoch is None
 
 
+def events_and_reads(e: Election) -> list[object]:
+    """``e``'s events as they come, with "get_lease" where it read its lease between them."""
+    seen: list[object] = []
+    e.on_event(seen.append)
+    look = e.store.get_lease
+
+    async def counted(name: str) -> Lease | None:
+        seen.append("get_lease")
+        return await look(name)
+
+    e.store.get_lease = counted  # type: ignore[method-assign]
+    return seen
+
+
 async def test_named_successor_campaigns_without_looking_first(backend: Backend) -> None:
     """The feed says a release named this participant: it acquires at once, without reading
     the lease after that (the store's acquire decides); the others only wait."""
@@ -108,15 +122,7 @@ async def test_named_successor_campaigns_without_looking_first(backend: Backend)
         first = await one_leader(es)
         target = next(e for e in es if e is not first)
         await await_for(lambda: target.leader == first.node_id, what="the leader known")
-        seen: list[object] = []
-        target.on_event(seen.append)
-        look = target.store.get_lease
-
-        async def counted(name: str) -> Lease | None:
-            seen.append("get_lease")
-            return await look(name)
-
-        target.store.get_lease = counted  # type: ignore[method-assign]
+        seen = events_and_reads(target)
         old_epoch = first.epoch
         assert old_epoch is not None
         await first.elect(target.node_id)
@@ -135,15 +141,7 @@ async def test_the_old_leader_does_not_look_until_the_successor_leads(backend: B
         first = await one_leader(es)
         target = next(e for e in es if e is not first)
         await await_for(lambda: target.leader == first.node_id, what="the leader known")
-        seen: list[object] = []
-        first.on_event(seen.append)
-        look = first.store.get_lease
-
-        async def counted(name: str) -> Lease | None:
-            seen.append("get_lease")
-            return await look(name)
-
-        first.store.get_lease = counted  # type: ignore[method-assign]
+        seen = events_and_reads(first)
         await first.elect(target.node_id)
         await await_for(lambda: target.is_leader, what=f"{target.node_id} to lead")
         await await_for(lambda: first.leader == target.node_id, what="the old leader to know")
