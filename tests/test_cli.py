@@ -127,8 +127,9 @@ def test_status_watch_shows_snapshots_until_ctrl_c(tmp_path: Path) -> None:
     assert baton("elect", "x", "--store", store, "--", "true").returncode == 0  # makes the store
     argv = [BATON, "status", "--store", store, "--watch", "0.2"]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
-    )
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        preexec_fn=sigint_as_a_shell_leaves_it,  # noqa: PLW1509 (two signal calls, no lock)
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         seen: list[str] = []
@@ -144,6 +145,14 @@ def test_status_watch_shows_snapshots_until_ctrl_c(tmp_path: Path) -> None:
             proc.wait()
 
 
+def sigint_as_a_shell_leaves_it() -> None:
+    """``preexec_fn`` of a command a test will Ctrl-C: SIGINT delivered and handled by default,
+    as a shell starts a command, whatever this test process inherited or set (an ignored or
+    blocked SIGINT survives exec)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupted(proc: subprocess.Popen[str]) -> None:
     """Ctrl-C to a running ``--watch``: it ends with 130 and no traceback. (Once in a CI run it
     did not end in 30 s: if it does not end in 15, its threads' stacks, which ``kill -USR1``
@@ -152,12 +161,16 @@ def interrupted(proc: subprocess.Popen[str]) -> None:
     try:
         _, err = proc.communicate(timeout=15)
     except subprocess.TimeoutExpired:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        masks = [line for line in status.splitlines() if line.startswith("Sig")]
         proc.send_signal(signal.SIGUSR1)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.communicate(timeout=2)
         proc.kill()
         _, err = proc.communicate(timeout=10)
-        raise AssertionError(f"--watch did not end on Ctrl-C; its stacks:\n{err[-6000:]}") from None
+        raise AssertionError(
+            f"--watch did not end on Ctrl-C ({masks}); its stacks:\n{err[-6000:]}"
+        ) from None
     assert proc.returncode == 130 and "Traceback" not in err, err
 
 

@@ -24,7 +24,7 @@ from baton.cascade.model import Role
 from baton.keys import MEMBERS, NODES
 from baton.store import open_store
 from baton.testing.cascade import served
-from tests.test_cli import BATON, baton, interrupted, one_line_error
+from tests.test_cli import BATON, baton, interrupted, one_line_error, sigint_as_a_shell_leaves_it
 
 #: A node's start, 2026-11-28 02:55:45.355 UTC, as its record keeps it (seconds).
 STARTED = 1795834545.355
@@ -179,8 +179,9 @@ def test_cascade_status_watch_until_ctrl_c(cascade_set: dict[str, str]) -> None:
     """Two snapshots, one JSON document per line; Ctrl-C ends it with 130, no traceback."""
     argv = [BATON, "cascade", "status", "--via", cascade_set["s1"], "--watch", "0.2", "-o", "json"]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
-    )
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        preexec_fn=sigint_as_a_shell_leaves_it,  # noqa: PLW1509 (two signal calls, no lock)
+    )  # fmt: skip
     try:
         assert proc.stdout is not None
         docs = [json.loads(proc.stdout.readline()) for _ in range(2)]

@@ -493,7 +493,12 @@ class _FromPy4j(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if f"{os.sep}py4j{os.sep}" not in record.pathname:
             return True
-        return not (self.always or not jvm_alive())
+        from py4j.protocol import Py4JNetworkError  # type: ignore[import-untyped]
+
+        # A lost connection to a JVM is one a dead JVM left: the record may come from a thread
+        # of an old gateway after a new JVM started, when the JVM of the moment is alive.
+        lost = record.exc_info is not None and isinstance(record.exc_info[1], Py4JNetworkError)
+        return not (self.always or lost or not jvm_alive())
 
 
 #: Installed on the root logger once a session is built (see :func:`_quiet_dead_jvm`).
