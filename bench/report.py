@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from baton.lease.timings import Timings
 from bench import cascade_report, groups, placement
 from bench.common import Summary, ms, ratio, secs
 from bench.failover import FailoverResult
@@ -16,6 +17,10 @@ from bench.handover import HandoverResult
 from bench.nodes import IdleResult, TakeoverResult
 from bench.placement import PlacementResult
 from bench.renewal import RenewRow
+
+#: The random election wait every benchmark here runs with (ttl 2 s), said in the text.
+_T2 = Timings.for_ttl(2.0)
+_WAIT = f"{_T2.election_timeout_min * 1000:g}-{_T2.election_timeout_max * 1000:g} ms"
 
 #: Failover target: a new leader acts within ttl + this many seconds (p99).
 FAILOVER_SLACK = 0.5
@@ -294,7 +299,7 @@ def takeover_section(res: Results) -> list[str]:
         "",
         "The takeover is the controller's `Election`: after a SIGKILL a node campaigns once the "
         "lease expires (1.6-2.0 s after the kill, depending on when the last renewal landed) "
-        "plus its random 50-300 ms election timeout, as in section 1; after a SIGTERM the lease "
+        f"plus its random {_WAIT} election timeout, as in section 1; after a SIGTERM the lease "
         "is released at once and only the election timeout remains.",
         "",
         *takeover_table(res.takeover),
@@ -744,7 +749,7 @@ def document(res: Results) -> str:
             "## 1-2. Unplanned failover (baton on each backend, etcd as the reference)",
             "",
             "Three participant processes campaign for one lease (ttl 2 s: baton renews every "
-            "0.4 s, a follower campaigns 50-300 ms after the lease is free) and the leader "
+            f"0.4 s, a follower campaigns {_WAIT} after the lease is free) and the leader "
             "appends `(epoch, id)` to a shared fenced log (`baton.testing.fenced.FencedLog`) "
             "every 20 ms. A trial waits until a leader is writing, SIGKILLs it after a random "
             "0-1 s (so that the kill lands at a random point of the renewal cycle), and measures "
@@ -767,7 +772,7 @@ def document(res: Results) -> str:
             "The lower bound for both systems is the lease ttl minus the renewal period (the "
             "kill lands at a random point between two renewals: baton 1.6-2.0 s, etcd 1.5-2.0 "
             "s), plus detection (baton: a follower wakes at the lease's expiry by the store "
-            "clock, then waits its random 50-300 ms election timeout; etcd: the lessor revokes "
+            f"clock, then waits its random {_WAIT} election timeout; etcd: the lessor revokes "
             "expired leases every 500 ms and the next candidate's watch fires).",
             "",
             *failover_table(res.failover),
@@ -784,7 +789,7 @@ def document(res: Results) -> str:
             "from the call to the other's event stream delivering `NewState(LEADER)` (emitted "
             "the moment it becomes leader; `is_leader` is checked true). **resign**: the leader "
             "calls `resign()`; measured until the other leads. A resigned lease is free for "
-            "everyone, so the follower first waits its random 50-300 ms election timeout (no "
+            f"everyone, so the follower first waits its random {_WAIT} election timeout (no "
             "stampede), which is what resign measures; `elect` names the successor, which "
             "campaigns at once. Before each trial both participants agree on the current "
             "leader. `elect() call` is how long the old leader's call took (stop acting, "

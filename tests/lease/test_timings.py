@@ -46,3 +46,17 @@ def test_for_ttl_scales_consistently() -> None:
     assert t.stop_margin == pytest.approx(0.6)
     with pytest.raises(ConfigError):
         Timings.for_ttl(2.0, renew_deadline=2.5)
+
+
+def test_a_shorter_ttl_shortens_the_random_wait_and_a_longer_one_keeps_it() -> None:
+    # A 2 s ttl paying the default 50-300 ms would add 15% to every failover; the wait still
+    # spreads campaigns over some store round trips, and never grows past the default.
+    short, default, long = Timings.for_ttl(2), Timings(), Timings.for_ttl(60)
+    assert (short.election_timeout_min, short.election_timeout_max) == (0.01, 0.06)
+    assert (long.election_timeout_min, long.election_timeout_max) == (
+        default.election_timeout_min,
+        default.election_timeout_max,
+    )
+    tiny = Timings.for_ttl(0.2)
+    assert tiny.election_timeout_max == 0.05
+    assert Timings.for_ttl(2, election_timeout_max=0.5).election_timeout_max == 0.5
