@@ -31,6 +31,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from baton.cascade import apply_stats, queue_events
 from baton.cascade.batches import Outcome
 from baton.cascade.codec import decode
@@ -57,17 +59,55 @@ class ApplyResult:
     outcome: Outcome = Outcome.APPLIED
 
 
+@dataclass(slots=True)
+class TableRows:
+    """What a batch writes to one table: its columns and key columns, the rows to upsert
+    (decoded, in column order), the keys to delete, and the rows to upsert as their JSON
+    images (key -> image), which the database reads itself
+    (:meth:`~baton.cascade.db.NodeDB.upsert_images`). A key is in one of the three at most."""
+
+    columns: list[str]
+    key: list[str]
+    upserts: list[list[Any]]
+    deletes: list[list[Any]]
+    images: dict[tuple[Any, ...], str]
+    #: The table's :meth:`~baton.cascade.db.NodeDB.image_types` (None: no images).
+    image_types: dict[str, tuple[type, ...]] | None
+
+
+def _as_image(rows: TableRows, text: str) -> bool:
+    """Keep ``text`` as an image to upsert when the database reads every value of it as the
+    decoded row's upsert would write it (see :meth:`~baton.cascade.db.NodeDB.image_types`);
+    False: it is to be decoded (and checked) the usual way."""
+    types = rows.image_types
+    if types is None or "$baton." in text:
+        return False  # tagged values (blobs, infinities, exact numbers) are decoded here
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return False  # not standard JSON (e.g. NaN): the usual decoder reads or refuses it
+    if type(data) is not dict:
+        return False
+    for column, value in data.items():
+        allowed = types.get(column)
+        if allowed is None or type(value) not in allowed:
+            return False  # an unknown column is refused by the usual path, with its message
+    # One image per key, the last one winning, as upsert keeps the last row of a key.
+    rows.images[tuple(data.get(c) for c in rows.key)] = text
+    return True
+
+
 def rows_by_table(
     db: NodeDB,
     reduced: Iterable[Event],
     tables: dict[str, str],
     skip_upto: dict[str, int],
     reflected: Mapping[str, Collection[int]] | None = None,
-) -> dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]]:
-    """Table -> (columns, key columns, upsert rows, delete keys); validates every event.
-    Leaves out what a table's copy already shows: events whose tick is at or below
-    ``skip_upto[table]`` (the copy's tick) and those whose id is in ``reflected[table]``."""
-    out: dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]] = {}
+) -> dict[str, TableRows]:
+    """What to write to each table (:class:`TableRows`); validates every event. Leaves out
+    what a table's copy already shows: events whose tick is at or below ``skip_upto[table]``
+    (the copy's tick) and those whose id is in ``reflected[table]``."""
+    out: dict[str, TableRows] = {}
     exact: dict[str, bool] = {}
     shown = reflected or {}
     for e in reduced:
@@ -79,12 +119,12 @@ def rows_by_table(
             continue  # after the copy's tick, but its rows were read after this change
         if e.table not in out:
             cols, pk = db.columns(e.table)
-            out[e.table] = (cols, pk, [], [])
+            out[e.table] = TableRows(cols, pk, [], [], {}, db.image_types(e.table))
             exact[e.table] = db.exact_numbers(e.table)
-        cols, pk, ups, dels = out[e.table]
+        rows = out[e.table]
+        cols, pk = rows.columns, rows.key
         try:
             key = decode(e.key or "", exact[e.table])
-            data = decode(e.data, exact[e.table]) if e.data else None
         except ValueError:
             raise CascadeError(f"event {e.ev_id} for {e.table}: key or data is not JSON") from None
         if not isinstance(key, dict) or sorted(key) != sorted(pk):
@@ -94,31 +134,43 @@ def rows_by_table(
                 f"primary key {pk}; nothing applied"
             )
         if e.type == DELETE:
-            dels.append([key[c] for c in pk])
+            rows.deletes.append([key[c] for c in pk])
             continue
+        if e.data and _as_image(rows, e.data):
+            continue
+        if rows.images:
+            # A row the database cannot read as is: this table's rows all go the usual way
+            # from here, those kept as images first (their order is the events' order).
+            for text in rows.images.values():
+                image = decode(text, exact[e.table])
+                rows.upserts.append([image.get(c) for c in cols])
+            rows.images.clear()
+        rows.image_types = None
+        try:
+            data = decode(e.data, exact[e.table]) if e.data else None
+        except ValueError:
+            raise CascadeError(f"event {e.ev_id} for {e.table}: key or data is not JSON") from None
         if not isinstance(data, dict) or set(data) - set(cols):
             extra = sorted(set(data) - set(cols)) if isinstance(data, dict) else data
             raise CascadeError(
                 f"event {e.ev_id} for {e.table}: columns {extra} are not in the target table "
                 f"(it has {cols}); nothing applied"
             )
-        ups.append([data.get(c) for c in cols])
+        rows.upserts.append([data.get(c) for c in cols])
     return out
 
 
-def write_rows(
-    db: NodeDB,
-    cur: Any,
-    per_table: dict[str, tuple[list[str], list[str], list[list[Any]], list[list[Any]]]],
-) -> int:
-    """Write what :func:`rows_by_table` returned, set-wise (one delete and one upsert statement
-    per table); the number of rows written or deleted."""
-    rows = 0
-    for table, (cols, pk, ups, dels) in per_table.items():
-        db.delete_keys(cur, table, pk, dels)
-        db.upsert(cur, table, cols, ups)
-        rows += len(ups) + len(dels)
-    return rows
+def write_rows(db: NodeDB, cur: Any, per_table: dict[str, TableRows]) -> int:
+    """Write what :func:`rows_by_table` returned, set-wise (per table one delete statement,
+    and one upsert statement of decoded rows or of images); the number of rows written or
+    deleted."""
+    n = 0
+    for table, rows in per_table.items():
+        db.delete_keys(cur, table, rows.key, rows.deletes)
+        db.upsert(cur, table, rows.columns, rows.upserts)
+        db.upsert_images(cur, table, rows.columns, list(rows.images.values()))
+        n += len(rows.upserts) + len(rows.images) + len(rows.deletes)
+    return n
 
 
 def merge_events(

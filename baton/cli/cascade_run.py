@@ -100,11 +100,6 @@ def run(  # noqa: PLR0917 (click passes every option by position)
         at = where(spark_master, spark_remote)  # the options, else BATON_SPARK_*, else local
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    if at.remote and Mode(mode) is Mode.LOW_LATENCY:
-        raise click.UsageError(
-            "--mode low-latency runs a Spark task through RDDs, which Spark Connect does not "
-            "have: use --mode micro-batch with a remote, or a --spark-master"
-        )
     for location in locations:
         # A mistyped SQLite path is refused before anything opens it (opening would create
         # an empty file): only the create-* commands make a node database.

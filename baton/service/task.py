@@ -17,12 +17,14 @@ one starts from the stored position).
 
 :class:`TaskQuery` gives the worker the few parts of a ``StreamingQuery`` it watches, so the
 worker's logic (pause, provider change, fencing, restarts) is the same in both modes. It needs
-one task slot per worker for as long as the worker runs, and a classic session (Spark Connect
-has no RDDs).
+one task slot per worker for as long as the worker runs. A classic session runs the task as an
+RDD's one partition; Spark Connect has no RDDs, so there it is a one-row DataFrame's
+``mapInArrow`` (the same :func:`follow`), run by the server's executors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -137,20 +139,41 @@ def _run_partition(spec: Follow) -> Iterator[Outcome]:
     yield follow(spec)
 
 
+#: The one column of the DataFrame a task started over Spark Connect returns.
+OUTCOME_SCHEMA = "outcome string"
+
+
+def _run_arrow(spec: Follow, batches: Iterator[Any]) -> Iterator[Any]:
+    """:func:`follow` as a ``mapInArrow`` function (Spark Connect has DataFrames, not RDDs):
+    the one input row only starts it; the one output row is its outcome."""
+    import pyarrow as pa
+
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"outcome": [follow(spec).value]})
+
+
 class TaskQuery:
     """A running :func:`follow` task, seen as the worker sees a streaming query."""
 
     def __init__(self, spark: SparkSession, spec: Follow) -> None:
-        self._sc = spark.sparkContext
+        from baton.spark.session import is_connect
+
+        self._spark = spark
+        #: Over Spark Connect there is no SparkContext: the task is a DataFrame's, started
+        #: and cancelled by a tag (see :meth:`_run_connect`).
+        self._sc: SparkContext | None = None if is_connect(spark) else spark.sparkContext
         self._error: BaseException | None = None
         self.outcome: Outcome | None = None
         #: The task has ended (set last, by its thread): its slot is free.
         self.done = False
         self._stopping = False
         with _RUNNING_LOCK:
-            running = _RUNNING.setdefault(id(self._sc), set())
+            running = _RUNNING.setdefault(id(self._sc or spark), set())
             running.difference_update([q for q in running if q.done])
-            slots = task_slots(self._sc)
+            # A Spark Connect server's task slots are its own (shared by its clients): not
+            # counted here.
+            slots = len(running) + 1 if self._sc is None else task_slots(self._sc)
             if len(running) >= slots:
                 # A task that can never be scheduled would leave the node unapplied in
                 # silence: say so, and let the service try again (a slot frees when another
@@ -163,12 +186,12 @@ class TaskQuery:
                 )
             running.add(self)
         self._group = f"baton-worker-{next(_GROUPS)}-{time.monotonic_ns()}"
-        self._thread = threading.Thread(
-            target=self._run, args=(spec,), daemon=True, name=self._group
-        )
+        run = self._run if self._sc is not None else self._run_connect
+        self._thread = threading.Thread(target=run, args=(spec,), daemon=True, name=self._group)
         self._thread.start()
 
     def _run(self, spec: Follow) -> None:
+        assert self._sc is not None
         try:
             # The job group is the thread's (PySpark pins a Python thread to a JVM thread), so
             # cancelling it stops exactly this task.
@@ -181,6 +204,35 @@ class TaskQuery:
                 self._error = exc
         finally:
             self.done = True
+
+    def _run_connect(self, spec: Follow) -> None:
+        """The task over Spark Connect: a one-row DataFrame mapped by :func:`_run_arrow` and
+        collected. Its operation carries this query's tag (tags are the thread's), so
+        :meth:`stop` interrupts exactly it. A client that dies leaves it running on the
+        server; the next worker's epoch fences it, and it ends by itself at its next look."""
+        from functools import partial
+
+        try:
+            self._spark.addTag(self._group)
+            frame = self._spark.range(1, numPartitions=1).mapInArrow(
+                partial(_run_arrow, spec), OUTCOME_SCHEMA
+            )
+            rows = frame.collect()
+            self.outcome = Outcome(rows[0][0]) if rows else None
+        except BaseException as exc:  # reported through exception(), as a query does
+            if not self._stopping:
+                self._error = exc
+        finally:
+            with contextlib.suppress(Exception):
+                self._spark.removeTag(self._group)
+            self.done = True
+
+    def _cancel(self) -> None:
+        if self._sc is not None:
+            self._sc.cancelJobGroup(self._group)
+        else:
+            with contextlib.suppress(Exception):  # the server may be gone: nothing to stop
+                self._spark.interruptTag(self._group)
 
     @property
     def isActive(self) -> bool:
@@ -207,5 +259,5 @@ class TaskQuery:
         # warm-up that stops a worker it has just started).
         deadline = time.monotonic() + STOP_WAIT
         while self._thread.is_alive() and time.monotonic() < deadline:
-            self._sc.cancelJobGroup(self._group)
+            self._cancel()
             self._thread.join(timeout=0.2)

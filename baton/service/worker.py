@@ -106,13 +106,6 @@ class Worker:
         if mode not in MODES:
             raise CascadeInputError(f"bad worker mode {mode!r}: use one of {', '.join(MODES)}")
         mode = Mode(mode)
-        from baton.spark.session import is_connect
-
-        if mode == LOW_LATENCY and is_connect(spark):
-            raise CascadeInputError(
-                "the low-latency mode runs a Spark task through RDDs, which Spark Connect does "
-                "not have: use mode micro-batch with a remote, or a Spark master"
-            )
         self.mode = mode
         self.spark = spark
         self.location = location

@@ -5,6 +5,7 @@ PostgreSQL numerics."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import sqlite3
 import struct
@@ -115,29 +116,46 @@ def sqlite_pair(tmp_path: Path) -> Pair:
     return Pair(f"sqlite://{paths[0]}", f"sqlite://{paths[1]}", write)
 
 
-@pytest.fixture
-def pg_pair(postgres_server: PostgresServer) -> Iterator[Pair]:
-    ddl = (
-        "CREATE TABLE v (k bigint PRIMARY KEY, r double precision, n numeric, t text, "
-        "b bytea, i bigint, f real)"
-    )
+def _pg_pair(server: PostgresServer, ddl: str) -> Iterator[Pair]:
     names = ["v" + uuid.uuid4().hex[:10] for _ in range(2)]
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+    with psycopg.connect(server.url, autocommit=True) as admin:
         for n in names:
             admin.execute(f'CREATE DATABASE "{n}"')
-    urls = [f"postgresql://postgres@127.0.0.1:{postgres_server.port}/{n}" for n in names]
+    urls = [f"postgresql://postgres@127.0.0.1:{server.port}/{n}" for n in names]
     for u in urls:
         with psycopg.connect(u, autocommit=True) as conn:
             conn.execute(ddl)
+    marks = ", ".join(["%s"] * (ddl.count(",") + 1))  # one per column
 
     def write(rows: list[tuple[Any, ...]]) -> None:
         with psycopg.connect(urls[0]) as conn, conn.cursor() as cur:
-            cur.executemany("INSERT INTO v VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+            cur.executemany(f"INSERT INTO v VALUES ({marks})", rows)
 
     yield Pair(urls[0], urls[1], write)
-    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+    with psycopg.connect(server.url, autocommit=True) as admin:
         for n in names:
             admin.execute(f'DROP DATABASE IF EXISTS "{n}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_pair(postgres_server: PostgresServer) -> Iterator[Pair]:
+    """A table with a numeric column: its rows are decoded by the apply step (exactly)."""
+    yield from _pg_pair(
+        postgres_server,
+        "CREATE TABLE v (k bigint PRIMARY KEY, r double precision, n numeric, t text, "
+        "b bytea, i bigint, f real)",
+    )
+
+
+@pytest.fixture
+def pg_image_pair(postgres_server: PostgresServer) -> Iterator[Pair]:
+    """A table whose rows the apply step has PostgreSQL read from their JSON images
+    (``upsert_images``)."""
+    yield from _pg_pair(
+        postgres_server,
+        "CREATE TABLE v (k bigint PRIMARY KEY, r double precision, t text, b bytea, "
+        "i bigint, f real, z boolean, s timestamp with time zone)",
+    )
 
 
 def test_sqlite_values_arrive_bit_for_bit(sqlite_pair: Pair) -> None:
@@ -182,6 +200,35 @@ def test_postgres_values_arrive_bit_for_bit(pg_pair: Pair) -> None:
              -0.0),
             (float("inf"), Decimal("18446744073709551616"), "x", b"\xff", 0, float("-inf")),
             (5e-324, Decimal("0.1"), "y", b"z", 1, 1.401298464324817e-45),
+        ]
+    )  # fmt: skip
+    check()
+
+
+def test_postgres_values_arrive_bit_for_bit_as_images(pg_image_pair: Pair) -> None:
+    """The same values through the apply step's other way: the target reads each row image
+    itself (json_to_record), for tables of the column types that allow it."""
+    with open_node_db(pg_image_pair.target) as target:
+        assert target.image_types("v") is not None
+    moments = st.datetimes(timezones=st.just(datetime.UTC))
+    row = st.tuples(
+        st.floats(), PG_TEXT, st.binary(max_size=20), INT64, st.floats(width=32),
+        st.one_of(st.none(), st.booleans()), st.one_of(st.none(), moments),
+    )  # fmt: skip
+
+    @SETTINGS
+    @given(st.lists(row, min_size=1, max_size=8))
+    def check(rows: list[tuple[Any, ...]]) -> None:
+        pg_image_pair.round_trip(rows)
+
+    when = datetime.datetime(2026, 11, 28, 16, 0, 0, 123456, tzinfo=datetime.UTC)
+    pg_image_pair.round_trip(
+        [
+            (1.7976931348623157e308, "", b"", 2**63 - 1, 3.4028234663852886e38, True, when),
+            (-0.0, "é\\x\"'", b"\x00", -(2**63), -0.0, False, None),
+            (float("inf"), "x", b"\xff", 0, float("-inf"), None, when),
+            (float("nan"), "y", b"z", 1, 1.401298464324817e-45, None, when),
+            (5e-324, "\n\t{}", b"z", 1, float("nan"), None, when),
         ]
     )  # fmt: skip
     check()

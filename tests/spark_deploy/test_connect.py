@@ -185,3 +185,45 @@ def test_placed_worker_moves_and_its_orphan_is_stopped(
 def test_compare_and_repair_over_connect(connect_server: ConnectServer, tmp_path: Path) -> None:
     """compare and repair through the command line, Spark on the Connect server."""
     compare_then_repair(planted(tmp_path), {"BATON_SPARK_REMOTE": connect_server.url})
+
+
+@pytest.mark.long
+def test_low_latency_workers_over_connect(connect_server: ConnectServer, cascade: Cascade) -> None:
+    """``--mode low-latency`` over Spark Connect: each worker's long-running task is a one-row
+    DataFrame's mapInArrow on the server. The client is SIGKILLed: its tasks go on running on
+    the server until the next client's workers claim newer epochs, and then end by
+    themselves (fenced), freeing the server's two task slots for the new tasks. Every event is
+    copied exactly once."""
+    subs = [cascade.loc["s2"], cascade.loc["s3"]]
+    remote = ["--spark-remote", connect_server.url, "--mode", "low-latency"]
+    cascade.run("root", [cascade.loc["s1"]])
+    first = cascade.run("subs", subs, *remote)
+    cascade.start_writing()
+    wait_for(lambda: cascade.position("s3") > 2, timeout=150, what="the leaf's first batches")
+
+    def epochs() -> dict[str, int]:
+        out = {}
+        for n in ("s2", "s3"):
+            with open_node_db(cascade.loc[n]) as db:
+                out[n] = db.state().epoch
+        return out
+
+    before = epochs()
+    first.signal(signal.SIGKILL)
+    first.popen.wait(30)
+    second = cascade.run("subs", subs, *remote)
+    wait_for(
+        lambda: all(e > before[n] for n, e in epochs().items()), timeout=120, what="new epochs"
+    )
+    # From here an orphan applies nothing (fenced): the leaf moves only by the new tasks,
+    # which can run only once the orphans, holding both of the server's slots, have ended.
+    claimed = cascade.position("s3")
+    wait_for(lambda: cascade.position("s3") > claimed + 3, timeout=120, what="the new tasks")
+    cascade.stop_writing()
+    upto = cascade.wait_synced()
+    cascade.check_equal(upto)
+    # Both clients ran both workers as tasks on the server, and said nothing but that.
+    for proc in (first, second):
+        said = "\n".join(proc.lines())
+        assert said.count("mode=low-latency") >= 2 and "Traceback" not in said
+        assert "level=error" not in said

@@ -94,7 +94,6 @@ def test_cascade_run_refuses_bad_spark_options_in_one_line(tmp_path: Path) -> No
     for args, says in [
         (["--spark-master", "nope"], "is not a Spark master"),
         (["--spark-remote", "sc://h:1", "--spark-master", "local"], "not both"),
-        (["--spark-remote", "sc://h:1", "--mode", "low-latency"], "Spark Connect does not"),
         (["--spark-conf", "spark.cores.max"], "'spark.cores.max' is not a Spark setting"),
         (["--spark-conf", "cores.max=2"], "give KEY=VALUE with a key starting spark."),
     ]:

@@ -565,6 +565,26 @@ class NodeDB(abc.ABC):
     ) -> None:
         """Insert or replace ``rows`` (set-wise)."""
 
+    def image_types(self, table: str) -> dict[str, tuple[type, ...]] | None:
+        """For a table whose rows this backend can write straight from their JSON row images
+        (:meth:`upsert_images`, the database reading the JSON itself): each column's Python
+        types, as ``orjson`` reads an image, for which that gives the same value as
+        :meth:`upsert` of the decoded row. An image with a value of any other type (or any
+        tagged value of :mod:`baton.cascade.codec`) is decoded and goes through
+        :meth:`upsert`. None: the backend or the table's column types do not allow it."""
+        return None
+
+    def upsert_images(
+        self, cur: Any, table: str, columns: Sequence[str], images: Sequence[str]
+    ) -> None:
+        """Insert or replace the rows of ``images`` (JSON objects, column -> value; a missing
+        column is NULL), set-wise; at most one image per key. Only called for a table
+        :meth:`image_types` admits, with images that passed its check; this default decodes
+        them and upserts."""
+        exact = self.exact_numbers(table)
+        rows = [[row.get(c) for c in columns] for row in (decode(i, exact) for i in images)]
+        self.upsert(cur, table, columns, rows)
+
     @abc.abstractmethod
     def delete_keys(self, cur: Any, table: str, key_columns: Sequence[str],
                     keys: Sequence[Sequence[Any]]) -> None:  # fmt: skip

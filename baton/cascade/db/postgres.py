@@ -303,6 +303,25 @@ def _seen(snap: _Snapshot, seen: bool = True) -> tuple[sql.Composable, list[Any]
 
 
 _INTEGERS = ("bigint", "integer", "smallint")
+
+_NONE = type(None)
+_STRING = (str, _NONE)
+#: Column types (as ``format_type`` names them; with a type modifier they are not here) whose
+#: value ``json_to_record`` reads as :meth:`PostgresNodeDB.upsert` writes the decoded one, for
+#: these value types: an integer's digits; a double's text as captured, which reads back to the
+#: same double as its shortest repr (and keeps -0); a string's content, given to the type's
+#: input function either way.
+_IMAGE_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("bigint", "integer", "smallint"), (int, _NONE)),
+    **dict.fromkeys(("double precision", "real"), (int, float, str, _NONE)),
+    "boolean": (bool, str, _NONE),
+    **dict.fromkeys(
+        ("text", "character varying", "bytea", "date", "uuid", "interval",
+         "timestamp with time zone", "timestamp without time zone",
+         "time with time zone", "time without time zone"),
+        _STRING,
+    ),
+}  # fmt: skip
 _TEXTS = ("text",)
 
 #: Settings of ``bucket_sums``'s transaction. The text forms it hashes must not depend on a
@@ -691,11 +710,22 @@ class PostgresNodeDB(NodeDB):
             cond, cond_args = r.condition()
             parts.append(sql.SQL("(ev_tick IS NULL AND {})").format(cond))
             args += cond_args
+        # A captured event's tick depends on its transaction alone when every run starts after
+        # a tick with a snapshot (or at the start): then it is looked up once per transaction
+        # (hundreds of events each), not once per event.
+        by_txid: dict[int, int] | None = (
+            {} if all(r.before is None or r.before.snap is not None for r in runs) else None
+        )
         for e in self._stream(sql.SQL(" OR ").join(parts), args):
             tick = e[7]
             if tick is None:
-                # The first tick of the range whose snapshot sees the event's transaction.
-                tick = next(t for r in runs if (t := r.tick_of(e[0], e[6])) is not None)
+                txid = e[6]
+                tick = None if by_txid is None else by_txid.get(txid)
+                if tick is None:
+                    # The first tick of the range whose snapshot sees the event's transaction.
+                    tick = next(t for r in runs if (t := r.tick_of(e[0], txid)) is not None)
+                    if by_txid is not None:
+                        by_txid[txid] = tick
             yield Event(e[0], e[1], e[2], e[3], e[4], e[5], e[6], tick)
 
     def make_tick(self, cur: Any, min_events: int = 0) -> Tick | None:
@@ -1052,6 +1082,62 @@ class PostgresNodeDB(NodeDB):
                 conflict,
             ),
             arrays,
+        )
+
+    def image_types(self, table: str) -> dict[str, tuple[type, ...]] | None:
+        """Column -> the value types for which ``json_to_record`` (the JSON value's text, or a
+        string's content, given to the column type's input function) writes what
+        :meth:`upsert` (the decoded value's :func:`_text`, cast) would; None when any column's
+        type is not one of those (json, arrays, numeric, whose scale an exponent form would
+        change, and anything else are decoded)."""
+        out: dict[str, tuple[type, ...]] = {}
+        for column, type_, _ in self._catalog(table):
+            allowed = _IMAGE_TYPES.get(type_)
+            if allowed is None:
+                return None
+            out[column] = allowed
+        return out
+
+    def upsert_images(
+        self, cur: Any, table: str, columns: Sequence[str], images: Sequence[str]
+    ) -> None:
+        if not images:
+            return
+        catalog = self._catalog(table)
+        types = {c: t for c, t, _ in catalog}
+        for c in columns:
+            if c not in types:
+                raise CascadeInputError(f"table {table!r} has no column {c!r}")
+        pk = [c for _, c in sorted((pos, c) for c, _, pos in catalog if pos is not None)]
+        if not pk or set(pk) - set(columns):
+            raise CascadeInputError(
+                f"cannot upsert into {table!r}: its key {pk} is not in {columns}"
+            )
+        updates = [sql.SQL("{0} = excluded.{0}").format(_name(c)) for c in columns if c not in pk]
+        conflict = (
+            sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(updates))
+            if updates
+            else sql.SQL("DO NOTHING")
+        )
+        # The server reads each image: one text array to send (psycopg dumps it in binary)
+        # instead of a value per column converted to text in Python, which took about as long
+        # as the statement itself. json, not jsonb: json keeps each number's text (jsonb would
+        # turn -0 into 0).
+        cur.execute(
+            sql.SQL(
+                "INSERT INTO {t} ({cols}) SELECT {r} FROM unnest(%b::text[]) AS baton_i(image), "
+                "json_to_record(baton_i.image::json) AS baton_r({defs}) ON CONFLICT ({pk}) {c}"
+            ).format(
+                t=_name(table),
+                cols=sql.SQL(", ").join(_name(c) for c in columns),
+                r=sql.SQL(", ").join(sql.SQL("baton_r.{}").format(_name(c)) for c in columns),
+                defs=sql.SQL(", ").join(
+                    sql.SQL("{} {}").format(_name(c), sql.SQL(types[c])) for c in columns
+                ),
+                pk=sql.SQL(", ").join(_name(c) for c in pk),
+                c=conflict,
+            ),
+            [list(images)],
         )
 
     def _key_match(
