@@ -128,6 +128,8 @@ class Worker:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
         self._created = time.monotonic()
         self._executors_looked_at = False
+        #: This worker's epoch is the node's (:func:`claim_epoch`, on its first check).
+        self._claimed = False
         #: The cluster had given the application no executor :data:`STARVED_AFTER` seconds
         #: after the start (it can apply nothing until it has one).
         self.starved = False
@@ -268,6 +270,12 @@ class Worker:
             # combined set) until its host becomes the combined root, and a combined root's
             # stops merging once a switchover is under way: the sink would refuse every batch.
             tracking = db.only_tracks(st)
+            if not self._claimed and st.epoch <= self.epoch:
+                # Claimed before any Spark job of this worker (a table copy comes first): an
+                # older worker's task still running for this node, say a killed client's on a
+                # Spark Connect server, holds a task slot until its next look sees this epoch.
+                claim_epoch(db, self.epoch)
+                self._claimed = True
         if st.epoch > self.epoch:
             # A newer worker applied here: this one's batches are all refused from now on.
             self.stop()

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from baton.cascade import commands
 from baton.cascade.db import open_node_db
 from baton.local.cluster import LocalCluster
 from baton.local.waiting import wait_for
@@ -187,19 +188,42 @@ def test_compare_and_repair_over_connect(connect_server: ConnectServer, tmp_path
     compare_then_repair(planted(tmp_path), {"BATON_SPARK_REMOTE": connect_server.url})
 
 
+def _ledger(cascade: Cascade) -> None:
+    """A second table, ``ledger``, in the three databases; the root has rows in it and captures
+    it, and the branch copies it (added at the leaf later)."""
+    import sqlite3
+
+    for n in ("s1", "s2", "s3"):
+        with sqlite3.connect(cascade.dir / f"{n}.db") as conn:
+            conn.execute("CREATE TABLE ledger (id INTEGER PRIMARY KEY, note TEXT)")
+    with sqlite3.connect(cascade.dir / "s1.db") as conn:
+        conn.executemany("INSERT INTO ledger VALUES (?, ?)", [(i, f"n{i}") for i in range(50)])
+    commands.add_table(cascade.loc["s1"], "ledger", "s1")
+    commands.add_table(cascade.loc["s1"], "ledger", "s2")
+
+
+def _table_state(cascade: Cascade, node: str, table: str) -> str | None:
+    with open_node_db(cascade.loc[node]) as db:
+        return db.tables().get(table)
+
+
 @pytest.mark.long
 def test_low_latency_workers_over_connect(connect_server: ConnectServer, cascade: Cascade) -> None:
     """``--mode low-latency`` over Spark Connect: each worker's long-running task is a one-row
     DataFrame's mapInArrow on the server. The client is SIGKILLed: its tasks go on running on
-    the server until the next client's workers claim newer epochs, and then end by
-    themselves (fenced), freeing the server's two task slots for the new tasks. Every event is
-    copied exactly once."""
+    the server, holding both of its task slots, until the next client's workers claim newer
+    epochs, and then end by themselves (fenced). The next client's first Spark job is a table
+    copy at the leaf: it runs only because the leaf's worker claims its epoch before it (the
+    orphan then frees its slot); a claim made only when the task starts, after the copy, left
+    the copy waiting forever (a CI run). Every event is copied exactly once."""
     subs = [cascade.loc["s2"], cascade.loc["s3"]]
     remote = ["--spark-remote", connect_server.url, "--mode", "low-latency"]
+    _ledger(cascade)
     cascade.run("root", [cascade.loc["s1"]])
     first = cascade.run("subs", subs, *remote)
     cascade.start_writing()
     wait_for(lambda: cascade.position("s3") > 2, timeout=150, what="the leaf's first batches")
+    wait_for(lambda: _table_state(cascade, "s2", "ledger") == "ok", 120, what="the branch's copy")
 
     def epochs() -> dict[str, int]:
         out = {}
@@ -211,19 +235,25 @@ def test_low_latency_workers_over_connect(connect_server: ConnectServer, cascade
     before = epochs()
     first.signal(signal.SIGKILL)
     first.popen.wait(30)
-    second = cascade.run("subs", subs, *remote)
+    # The leaf's next worker must copy ``ledger`` (a Spark job) before it starts its task,
+    # while the two orphans hold both of the server's slots.
+    commands.add_table(cascade.loc["s1"], "ledger", "s3")
+    leaf = cascade.run("leaf", [cascade.loc["s3"]], *remote)
+    wait_for(lambda: _table_state(cascade, "s3", "ledger") == "ok", 120, what="the leaf's copy")
+    branch = cascade.run("branch", [cascade.loc["s2"]], *remote)
     wait_for(
         lambda: all(e > before[n] for n, e in epochs().items()), timeout=120, what="new epochs"
     )
-    # From here an orphan applies nothing (fenced): the leaf moves only by the new tasks,
-    # which can run only once the orphans, holding both of the server's slots, have ended.
+    # From here an orphan applies nothing (fenced): the leaf moves only by the new tasks.
     claimed = cascade.position("s3")
     wait_for(lambda: cascade.position("s3") > claimed + 3, timeout=120, what="the new tasks")
     cascade.stop_writing()
     upto = cascade.wait_synced()
     cascade.check_equal(upto)
-    # Both clients ran both workers as tasks on the server, and said nothing but that.
-    for proc in (first, second):
+    with open_node_db(cascade.loc["s1"]) as root, open_node_db(cascade.loc["s3"]) as leaf_db:
+        assert leaf_db.read_rows("ledger") == root.read_rows("ledger")
+    # Every client ran its workers as tasks on the server, and said nothing but that.
+    for proc, workers in ((first, 2), (leaf, 1), (branch, 1)):
         said = "\n".join(proc.lines())
-        assert said.count("mode=low-latency") >= 2 and "Traceback" not in said
+        assert said.count("mode=low-latency") >= workers and "Traceback" not in said
         assert "level=error" not in said
