@@ -14,6 +14,9 @@ Measurements:
    capturing and ticking), N changes are generated on the root, then both are resumed and we
    time until the branch, and the leaf, equal the root. events/s = N / leaf time. The time
    includes restarting the two streaming queries (about a second), so it is conservative.
+   On PostgreSQL the physical reference follows (:func:`physical_copy`): the rows the run
+   left, moved by a plain binary ``COPY`` into an empty table on the leaf's database, and
+   baton's fraction of it (the COPY's time over baton's root -> leaf time).
 2. **Lag** at a steady 2,000 and 5,000 changes/s: p50/p99/max from a root commit to the first
    probe that sees it on the leaf (:func:`bench.accounts_load.steady`).
 3. **Apply efficiency** (PostgreSQL): one large micro-batch (one tick over N changes) read with
@@ -184,7 +187,7 @@ def _warm(s: BatonSet, timeout: float = 180) -> None:
         time.sleep(0.1)
 
 
-def throughput(s: BatonSet, changes: int, seed: int) -> dict[str, float]:
+def throughput(s: BatonSet, changes: int, seed: int) -> dict[str, Any]:
     """Generate ``changes`` on the root while the subscribers are paused, then resume them and
     time until the branch and the leaf equal the root."""
     result = accounts_load.catch_up(
@@ -197,7 +200,43 @@ def throughput(s: BatonSet, changes: int, seed: int) -> dict[str, float]:
         start=lambda: s.pause("branch", "leaf", paused=False),
     )
     s.check()
-    return {**result, "loadavg": loadavg()}
+    out: dict[str, Any] = {**result, "loadavg": loadavg()}
+    if s.kind == "postgres":
+        physical = physical_copy(s.target("root"), s.target("leaf"))
+        # baton's fraction of the physical reference: a plain COPY's time over baton's.
+        physical["baton_fraction"] = physical["seconds"] / result["root_to_leaf_s"]
+        out["physical"] = physical
+    return out
+
+
+def physical_copy(source: str, target: str) -> dict[str, float]:
+    """The physical reference for a throughput run on PostgreSQL: the rows the run left in
+    ``accounts`` (the root's, which the leaf now equals), moved by a plain binary ``COPY`` out
+    of the source database and into an empty table of the same definition (primary key
+    included) in the target's, as one transaction: what moving the result costs with no
+    replication at all. Timed from the first byte read to the commit; the table is dropped
+    after."""
+    with psycopg.connect(source) as src, psycopg.connect(target) as dst:
+        dst.execute("DROP TABLE IF EXISTS physical_copy")
+        dst.execute("CREATE TABLE physical_copy (LIKE accounts INCLUDING ALL)")
+        dst.commit()
+        rows = 0
+        t0 = time.monotonic()
+        with (
+            src.cursor() as out,
+            out.copy("COPY accounts TO STDOUT (FORMAT BINARY)") as reading,
+            dst.cursor() as into,
+            into.copy("COPY physical_copy FROM STDIN (FORMAT BINARY)") as writing,
+        ):
+            for block in reading:
+                writing.write(block)
+        dst.commit()
+        seconds = time.monotonic() - t0
+        row = dst.execute("SELECT count(*) FROM physical_copy").fetchone()
+        rows = int(row[0]) if row else 0
+        dst.execute("DROP TABLE physical_copy")
+        dst.commit()
+    return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds}
 
 
 def lag(s: BatonSet, rates: tuple[int, ...], seconds: float) -> dict[str, Any]:
