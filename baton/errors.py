@@ -35,6 +35,7 @@ never reads a message.
     │   │   └── SyncUnsafe         a failover would promote no branch holding every
     │   │                          transaction acknowledged in sync mode
     │   ├── NotFinished            a switchover did not finish within its timeout: run it again
+    │   ├── NoTaskSlot             a low-latency worker's task found no Spark task slot free
     │   ├── SyncTimeout            sync mode: a transaction committed at the root was not yet
     │   │                          confirmed on K branches in time (it is NOT lost)
     │   ├── NodeDatabaseError      a node database failed a statement (the driver's error is
@@ -161,6 +162,11 @@ class CascadeError(BatonError):
     that failed or cannot be reached (:class:`NodeDatabaseError`, :class:`NodeUnreachable`), a
     newer worker (:class:`FencedOut`). A plain CascadeError is a state that does not allow it
     (a batch that does not follow the node's position, a worker that keeps failing)."""
+
+
+class NoTaskSlot(CascadeError):
+    """A low-latency worker's task would find no free Spark task slot in its session (every
+    slot is held by other low-latency workers): the worker applies in micro-batches instead."""
 
 
 class CascadeInputError(CascadeError, ConfigError):

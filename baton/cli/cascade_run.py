@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from baton.cli.common import need_store, run_async, store_option
-from baton.service.mode import MODES, Mode
+from baton.service.mode import DEFAULT_MODE, MODES
 
 
 @click.command("run")
@@ -25,24 +25,27 @@ from baton.service.mode import MODES, Mode
 @click.option(
     "--mode",
     type=click.Choice(MODES),
-    default=Mode.MICRO_BATCH.value,
+    default=DEFAULT_MODE.value,
     show_default=True,
-    help="How the worker applies: Structured Streaming micro-batches, or one long-running "
-    "Spark task (a hop's lag in tens of milliseconds; takes one Spark task slot while it runs; "
-    "not on Spark Connect).",
+    help="How the worker applies: low-latency, one long-running Spark task (a hop's lag in "
+    "tens of milliseconds; it holds a Spark task slot while it runs), micro-batch, Structured "
+    "Streaming micro-batches (about 0.25 s a hop; no slot held between them), or auto: "
+    "low-latency while the session has a slot to spare beside one kept for copies, else "
+    "micro-batch (a default local session has at least 8 slots).",
 )
 @click.option(
     "--spark-master",
     metavar="MASTER",
     help="The Spark master of the process's session: local[N], spark://HOST:PORT, ... "
-    "[default: $BATON_SPARK_MASTER, else local[*]]; a low-latency worker takes one task "
-    "slot, so several in one process need local[N].",
+    "[default: $BATON_SPARK_MASTER, else local[N], N the cores but at least 8]; a "
+    "low-latency worker takes one task slot while it runs.",
 )
 @click.option(
     "--spark-remote",
     metavar="URL",
     help="Run on a Spark Connect server instead, sc://HOST:PORT [default: $BATON_SPARK_REMOTE]; "
-    "micro-batch mode only. A process that takes over a node reattaches to its predecessor's "
+    "give it a task slot per low-latency worker of all its clients. A process that takes over "
+    "a node reattaches to its predecessor's "
     "server session and stops the queries it left running.",
 )
 @click.option(

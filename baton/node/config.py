@@ -16,7 +16,7 @@ validated as a whole before anything starts.
     ttl = 10
 
     [spark]
-    master = "local[*]"                # or remote = "sc://host:15002"
+    master = "local[8]"                # the default; or remote = "sc://host:15002"
     conf = { "spark.sql.shuffle.partitions" = "8" }
 
 Environment (each variable is declared on the key it sets, :class:`~baton.settings.Env`, and

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baton.cascade.batches import Outcome
-from baton.errors import CascadeError, FencedOut
+from baton.errors import CascadeError, FencedOut, NoTaskSlot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -61,12 +61,15 @@ _RUNNING_LOCK = threading.Lock()
 def task_slots(sc: SparkContext) -> int:
     """How many tasks the session runs at a time: N of a ``local[N]`` master (the session's
     default parallelism is pinned low for small jobs, whatever the cores), else the default
-    parallelism (a cluster's total cores)."""
+    parallelism (a cluster's total cores, but at least 2 in Spark's count, and 2 before any
+    executor registered), never more than ``spark.cores.max`` when that is set."""
     found = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", sc.master or "")
     if found:
         n = found.group(1)
         return os.cpu_count() or 1 if n == "*" else int(n)
-    return int(sc.defaultParallelism)
+    slots = int(sc.defaultParallelism)
+    most = sc.getConf().get("spark.cores.max")
+    return min(slots, int(most)) if most and most.isdigit() else slots
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +164,11 @@ def _run_arrow(spec: Follow, batches: Iterator[Any]) -> Iterator[Any]:
 class TaskQuery:
     """A running :func:`follow` task, seen as the worker sees a streaming query."""
 
-    def __init__(self, spark: SparkSession, spec: Follow) -> None:
+    def __init__(self, spark: SparkSession, spec: Follow, *, spare: int = 0) -> None:
+        """Start ``spec``'s task; :class:`~baton.errors.NoTaskSlot` when the session's low-
+        latency tasks would leave fewer than ``spare`` of its slots free (the ``auto`` mode
+        keeps one for table copies and micro-batches). Over Spark Connect the server's slots,
+        shared by all its clients, are not counted."""
         from baton.spark.session import is_connect
 
         self._spark = spark
@@ -178,12 +185,12 @@ class TaskQuery:
             running.difference_update([q for q in running if q.done])
             # A Spark Connect server's task slots are its own (shared by its clients): not
             # counted here.
-            slots = len(running) + 1 if self._sc is None else task_slots(self._sc)
-            if len(running) >= slots:
+            slots = len(running) + 1 + spare if self._sc is None else task_slots(self._sc)
+            if len(running) + spare >= slots:
                 # A task that can never be scheduled would leave the node unapplied in
                 # silence: say so, and let the service try again (a slot frees when another
                 # worker stops).
-                raise CascadeError(
+                raise NoTaskSlot(
                     f"no free Spark task slot for a low-latency worker of {spec.subscriber}: "
                     f"the session runs {slots} task(s) at a time and {len(running)} low-latency "
                     "worker(s) hold them; give Spark more cores (master local[N] or a cluster) "

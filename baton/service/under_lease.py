@@ -108,8 +108,9 @@ async def run_node(
     status. ``warm``: a subscriber warms its session (:mod:`baton.service.warm`) before it
     campaigns. ``mode``: how its worker applies (:data:`~baton.service.worker.MODES`); ``master``
     or ``remote``: where the process's session runs (:func:`baton.spark.session.where`: the
-    ``BATON_SPARK_*`` variables, else ``local[*]``); ``connect_session``: the name of its
-    Spark Connect session (by default the node's lease), which a successor reattaches to;
+    ``BATON_SPARK_*`` variables, else a local session of at least 8 slots);
+    ``connect_session``: the name of its Spark Connect session (by default the node's lease),
+    which a successor reattaches to;
     ``conf``: Spark settings for the session (``--spark-conf``)."""
     holder = f"{socket.gethostname()}:{os.getpid()}"
     if stop is None:

@@ -29,7 +29,7 @@ from baton.cascade.copy_progress import CopyProgress
 from baton.cascade.db import open_node_db
 from baton.cascade.node_ops import copy_ready, copy_table
 from baton.cascade.watermark import PULL_INTERVAL, Every, pull_watermarks
-from baton.errors import CascadeError, CascadeInputError, FencedOut
+from baton.errors import CascadeError, CascadeInputError, FencedOut, NoTaskSlot
 from baton.service.mode import MODES, Mode
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ log = logging.getLogger("baton.cascade")
 
 MICRO_BATCH = Mode.MICRO_BATCH
 LOW_LATENCY = Mode.LOW_LATENCY
+AUTO = Mode.AUTO
 #: Sessions (by id) that have run a worker's first micro-batch; see :meth:`Worker.start`.
 _WARM: set[int] = set()
 _FIRST_START = threading.Lock()
@@ -130,6 +131,8 @@ class Worker:
         self._executors_looked_at = False
         #: This worker's epoch is the node's (:func:`claim_epoch`, on its first check).
         self._claimed = False
+        #: An ``auto`` worker said it found no slot to spare (said once, not at every start).
+        self._said_no_slot = False
         #: The cluster had given the application no executor :data:`STARVED_AFTER` seconds
         #: after the start (it can apply nothing until it has one).
         self.starved = False
@@ -181,16 +184,33 @@ class Worker:
         provider, location = self._provider_location()
         self.provider = provider
         activate(self.spark)
-        if self.mode == LOW_LATENCY:
+        if self.mode in (LOW_LATENCY, AUTO):
             from baton.service.task import Follow, TaskQuery
 
             spec = Follow(self.location, provider, location, self.epoch, self.max_ticks)
-            self.query = TaskQuery(self.spark, spec)
-            log.info(
-                "worker started",
-                extra={"location": self.location, "provider": provider, "mode": self.mode},
-            )
-            return
+            try:
+                self.query = TaskQuery(self.spark, spec, spare=1 if self.mode is AUTO else 0)
+            except NoTaskSlot as exc:
+                if self.mode is LOW_LATENCY:
+                    raise  # asked for: the service says so and tries again
+                if not self._said_no_slot:  # auto: micro-batches rather than nothing
+                    log.warning(
+                        "worker applies in micro-batches: no Spark task slot to spare for a "
+                        "low-latency task (one is kept for copies and micro-batches); give "
+                        "Spark more slots for low latency",
+                        extra={"location": self.location, "error": str(exc)},
+                    )
+                    self._said_no_slot = True
+            else:
+                log.info(
+                    "worker started",
+                    extra={
+                        "location": self.location,
+                        "provider": provider,
+                        "mode": LOW_LATENCY.value,
+                    },
+                )
+                return
         self._stop_predecessors()
         checkpoint = self._scratch / f"checkpoint-{time.monotonic_ns()}"
         self._checkpoint = checkpoint

@@ -35,8 +35,8 @@ from baton.errors import (
 )
 from baton.logs import describe
 from baton.placement.workload import Workload, WorkloadContext
+from baton.service.mode import DEFAULT_MODE
 from baton.service.node import NodeService
-from baton.service.worker import MICRO_BATCH
 from baton.store import sqlite_path
 
 log = logging.getLogger("baton.cascade")
@@ -58,10 +58,11 @@ class CascadeWorkerSpec(BaseModel):
     location: str = Field(
         description="the node database, like sqlite:///data/s2.db or postgresql://user@host/db",
     )
-    mode: Literal["micro-batch", "low-latency"] = Field(
-        default="micro-batch",
-        description="how the worker applies: Structured Streaming micro-batches, or one "
-        "long-running Spark task (low lag; one Spark task slot per worker)",
+    mode: Literal["auto", "micro-batch", "low-latency"] = Field(
+        default="auto",
+        description="how the worker applies: one long-running Spark task (low lag; one Spark "
+        "task slot per worker), Structured Streaming micro-batches, or auto: low-latency while "
+        "the session has a slot to spare beside one for copies, else micro-batches",
     )
     standby: Literal["warm", "cold"] = Field(
         default="warm",
@@ -99,7 +100,7 @@ class CascadeWorker(Workload):
                 f"object {ctx.obj.name}: spec.location (the node database) is required"
             )
         self.location = location
-        self.mode = ctx.obj.spec.get("mode", MICRO_BATCH)
+        self.mode = ctx.obj.spec.get("mode", DEFAULT_MODE.value)
         self.warm = ctx.obj.spec.get("standby", "warm") == "warm"
         self._warming = threading.Event()  # set: the warm-up under way should stop
         self.term: int | None = None

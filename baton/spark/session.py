@@ -2,10 +2,11 @@
 
 Where Spark runs is said the same way everywhere a session is built (``baton cascade run
 --spark-master/--spark-remote``, the node config's ``[spark]`` table, the demo, the test kit,
-the benchmarks): a ``master`` (``local[*]`` by default, ``local[N]``, ``spark://host:7077``, ...)
-for a classic session whose driver runs in this process, or a ``remote`` (``sc://host:15002``)
-for Spark Connect. When a caller gives neither, ``BATON_SPARK_MASTER`` or ``BATON_SPARK_REMOTE``
-decide (:func:`where`). ``conf`` adds any Spark setting.
+the benchmarks): a ``master`` (by default ``local[N]``, N the cores but at least 8;
+``local[*]``, ``spark://host:7077``, ...) for a classic session whose driver runs in this
+process, or a ``remote`` (``sc://host:15002``) for Spark Connect. When a caller gives
+neither, ``BATON_SPARK_MASTER`` or ``BATON_SPARK_REMOTE`` decide (:func:`where`). ``conf``
+adds any Spark setting.
 
 ``quiet=True`` applies the settings that make a session start fast and log little: no UI,
 loopback only and two shuffle partitions on a local master, scratch directories inside
@@ -45,7 +46,12 @@ log = logging.getLogger("baton.spark")
 #: The environment variables that say where Spark runs when a caller does not.
 ENV_MASTER = "BATON_SPARK_MASTER"
 ENV_REMOTE = "BATON_SPARK_REMOTE"
-DEFAULT_MASTER = "local[*]"
+#: Task slots of the default local session, at least: each low-latency worker (the default
+#: mode) holds one while it runs, mostly waiting for its provider's next tick, so a process
+#: serving several nodes needs more slots than a small machine has cores.
+DEFAULT_SLOTS = 8
+#: The master of a session when none is given: the cores, but at least :data:`DEFAULT_SLOTS`.
+DEFAULT_MASTER = f"local[{max(os.cpu_count() or 1, DEFAULT_SLOTS)}]"
 
 _MASTER = re.compile(
     r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]"
@@ -172,8 +178,9 @@ def where(
     master: str | None = None, remote: str | None = None, env: Mapping[str, str] | None = None
 ) -> Where:
     """Where Spark runs: the ``master`` or ``remote`` given (not both), else the environment's
-    ``BATON_SPARK_REMOTE`` or ``BATON_SPARK_MASTER`` (not both), else ``local[*]``. A value
-    Spark would not take raises :class:`ConfigError`, before any JVM or connection starts."""
+    ``BATON_SPARK_REMOTE`` or ``BATON_SPARK_MASTER`` (not both), else :data:`DEFAULT_MASTER`.
+    A value Spark would not take raises :class:`ConfigError`, before any JVM or connection
+    starts."""
     if master and remote:
         raise ConfigError("give a Spark master or a Spark Connect remote, not both")
     if master:

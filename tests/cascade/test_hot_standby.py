@@ -9,11 +9,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from baton.errors import NotLeader
 from baton.local.waiting import wait_for
 from baton.placement.model import ObjectSpec
 from baton.placement.workload import WorkloadContext
-from baton.service.mode import Mode
+from baton.service.mode import DEFAULT_MODE
 from baton.service.warm import _DONE, warm_up
 from baton.service.workload import CascadeWorker
 from baton.testing.cascade import root_and_branch
@@ -27,8 +29,14 @@ def _leftovers() -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob("baton-warm-*"))
 
 
-def test_a_warm_up_runs_once_per_session_and_mode_and_leaves_nothing(spark: SparkSession) -> None:
+def test_a_warm_up_runs_once_per_session_and_mode_and_leaves_nothing(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its throwaway nodes in a directory of this test's own: another test process warming at
+    # the same moment has its own in the shared temporary directory.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = _leftovers()
+    assert before == []
     halted = threading.Event()
     halted.set()
     # Stopped before it could apply: not warm (None), and the next call still warms.
@@ -67,7 +75,7 @@ async def test_a_standby_member_warms_its_agents_session_unless_cold(
     async def no_fetch(node: str, group: str, request: dict[str, Any]) -> dict[str, Any]:
         raise NotLeader("no leader in this test")
 
-    key = (id(spark), Mode.MICRO_BATCH)
+    key = (id(spark), DEFAULT_MODE)
     _DONE.discard(key)
     for node, standby in (("s2", "cold"), ("s1", "warm"), ("s2", "warm")):
         spec = {"location": loc[node], "standby": standby}

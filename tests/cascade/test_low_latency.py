@@ -16,7 +16,7 @@ from baton.cascade.db import open_node_db
 from baton.errors import CascadeError, FencedOut
 from baton.local.waiting import wait_for
 from baton.service.task import Follow, TaskQuery
-from baton.service.worker import _WARM, LOW_LATENCY, Worker
+from baton.service.worker import _WARM, AUTO, LOW_LATENCY, Worker
 from baton.testing.cascade import LocalSet
 from baton.testing.workload import run_workload
 
@@ -97,6 +97,30 @@ def test_pause_provider_change_and_a_newer_worker(spark: SparkSession, tmp_path:
         assert s.rows("s2") == expected and s.rows("s3") == expected
         ids = _queue_ids(s, "s2", last)
         assert ids == sorted(set(ids))
+
+
+def test_auto_takes_a_task_while_a_slot_is_spare_and_micro_batches_beyond(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``auto``, the default mode, on local[2]: the branch's worker gets a task (one slot stays
+    free), the leaf's would leave none for copies and micro-batches, so it applies in
+    micro-batches, saying so once; both apply everything exactly once."""
+    with LocalSet(tmp_path, spark, mode=AUTO) as s:
+        s.root("s1")
+        s.branch("s2", "s1")
+        s.leaf("s3", "s2")
+        s.add_table("accounts")
+        s.start_workers()
+        assert isinstance(s.workers["s2"].query, TaskQuery)
+        assert not isinstance(s.workers["s3"].query, TaskQuery)
+        run_workload(s.path("s1"), 30, seed=4)
+        last = s.wait_synced(["s2", "s3"])
+        expected = s.rows("s1")
+        assert s.rows("s2") == expected and s.rows("s3") == expected and len(expected) > 30
+        ids = _queue_ids(s, "s2", last)
+        assert ids == sorted(set(ids))
+        said = [r for r in caplog.records if "no Spark task slot to spare" in r.getMessage()]
+        assert len(said) == 1, said
 
 
 def test_a_stopped_start_gives_up_waiting_for_the_first_batch(

@@ -23,6 +23,7 @@ from baton.cascade.db import open_node_db
 from baton.errors import NodeUnreachable
 from baton.local.processes import Proc
 from baton.local.waiting import WaitTimeout, wait_for
+from baton.testing.cascade import root_ticked
 from baton.testing.workload import Writer, create_accounts, run_workload
 from tests.test_cli import BATON
 
@@ -150,7 +151,7 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
             finally:
                 os.killpg(leaf, signal.SIGCONT)
         writer.stop()
-        goal = root_tick()
+        goal = root_ticked(loc["s1"])
         wait_for(
             lambda: position("s3") >= goal and rows("s3") == rows("s1"),
             timeout=120,
@@ -162,7 +163,7 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
         # Re-pointed: the leaf's worker restarts on its new provider with one line, no trace.
         cli("change-provider", "s3", "--provider", "s1", *via)
         run_workload(tmp_path / "s1.db", 5, seed=50)
-        goal = root_tick()
+        goal = root_ticked(loc["s1"])
         wait_for(lambda: position("s3") >= goal, timeout=60, what="s3 to follow s1")
         wait_for(
             lambda: any("worker restarts" in x and "provider=s1" in x for x in s3_log.lines()),
@@ -187,7 +188,9 @@ def test_leaf_started_first_then_frozen_at_random(tmp_path: Path) -> None:
                 what="the standby to take s2 over",
             )
             run_workload(tmp_path / "s1.db", 5, seed=51)
-            goal = root_tick()
+            # Once every event written is ticked: a goal read before the root ticked the last
+            # transactions let this wait pass before the standby had applied them.
+            goal = root_ticked(loc["s1"])
             wait_for(lambda: position("s2") >= goal, timeout=120, what="the standby to apply")
         finally:
             os.killpg(procs["s2"].popen.pid, signal.SIGCONT)

@@ -10,6 +10,7 @@ import pytest
 
 from baton.errors import ConfigError
 from baton.node.config import load
+from baton.spark.session import DEFAULT_MASTER
 
 TOKEN = "s3cret-token-0123456789"
 
@@ -30,7 +31,7 @@ def good(tmp_path: Path) -> str:
 def test_good_config_and_env_override(tmp_path: Path) -> None:
     cfg = load(write(tmp_path, good(tmp_path)), env={"BATON_CAPACITY": "7", "BATON_TTL": "4"})
     assert cfg.capacity == 7 and cfg.timings.build().ttl == 4
-    assert cfg.advertised == "127.0.0.1:7400" and cfg.spark.master == "local[*]"
+    assert cfg.advertised == "127.0.0.1:7400" and cfg.spark.master == DEFAULT_MASTER
     assert TOKEN not in repr(cfg) and "token" not in cfg.safe_dict()
 
 

@@ -66,7 +66,7 @@ def stopped_lines(lines: list[str]) -> list[str]:
 def test_killed_connect_client_is_replaced(connect_server: ConnectServer, cascade: Cascade) -> None:
     subs_locations = [cascade.loc["s2"], cascade.loc["s3"]]
     session = "baton-cascade-run:" + ",".join(sorted(subs_locations))
-    remote = ["--spark-remote", connect_server.url]
+    remote = ["--spark-remote", connect_server.url, "--mode", "micro-batch"]
     cascade.run("root", [cascade.loc["s1"]])
     first = cascade.run("subs", subs_locations, *remote)
     cascade.start_writing()
@@ -114,7 +114,8 @@ def test_killed_connect_client_is_replaced(connect_server: ConnectServer, cascad
 async def _objects(url: str, loc: dict[str, str]) -> None:
     async with open_store(url) as store:
         for name, location in loc.items():
-            obj = make_object("cascade-worker", name, 1, 2, spec={"location": location})
+            spec = {"location": location, "mode": "micro-batch"}  # its orphan is a query
+            obj = make_object("cascade-worker", name, 1, 2, spec=spec)
             await create_object(store, obj)
 
 

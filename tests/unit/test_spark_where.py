@@ -1,5 +1,5 @@
 """Where Spark runs, said the same way everywhere a session is built: explicit master or remote,
-else BATON_SPARK_MASTER / BATON_SPARK_REMOTE, else local[*]; bad values refused in one line
+else BATON_SPARK_MASTER / BATON_SPARK_REMOTE, else a local master; bad values refused in one line
 before any JVM or connection starts (no Spark is started here)."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from baton.errors import ConfigError
 from baton.node.config import load
 from baton.service.worker import query_name, query_owner
 from baton.spark.lifecycle import SessionSpec, SparkSessions
-from baton.spark.session import Where, connect_session_id, where
+from baton.spark.session import DEFAULT_MASTER, Where, connect_session_id, where
 
 
 def test_explicit_then_environment_then_local() -> None:
     env = {"BATON_SPARK_MASTER": "spark://10.0.0.1:7077"}
-    assert where(env={}) == Where(master="local[*]")
+    assert where(env={}) == Where(master=DEFAULT_MASTER)
     assert where(env=env) == Where(master="spark://10.0.0.1:7077")
     assert where(env={"BATON_SPARK_REMOTE": "sc://h:15002"}) == Where(remote="sc://h:15002")
     assert where(master="local[2]", env=env) == Where(master="local[2]")
