@@ -452,6 +452,36 @@ def test_trim(nodes: Backend, db: NodeDB) -> None:
                 assert d.trim(cur, 3) == 0  # again: nothing left below
 
 
+def test_a_big_trim_on_sqlite_goes_in_steps_and_whole(tmp_path: Path) -> None:
+    """SQLite has one writer: a trim deletes about TRIM_STEP events at most, the oldest, and
+    the next trims (to the same or a later watermark) delete the rest, never an event at or
+    above the watermark."""
+    from baton.cascade.db.sqlite import TRIM_STEP
+
+    with open_node_db(f"sqlite://{tmp_path / 'n.db'}") as db:
+        db.install()
+        must_tick(db)
+        for _ in range(6):
+            emit(db, TRIM_STEP // 2)
+            must_tick(db)
+        kept = emit(db, 3)
+        top = must_tick(db).tick_id
+        with db.transaction() as cur:
+            first = db.trim(cur, top)
+        assert 0 < first <= TRIM_STEP + 2  # events plus the ticks below the step's bound
+        counts = [first]
+        while (n := _trim(db, top)) > 0:
+            counts.append(n)
+        assert 2 < len(counts) < 6
+        assert [t.tick_id for t in db.ticks(0, top + 1)] == [top]
+        assert [e.ev_id for e in db.batch_events(0, top)] == kept
+
+
+def _trim(db: NodeDB, below: int) -> int:
+    with db.transaction() as cur:
+        return db.trim(cur, below)
+
+
 def test_events_after_and_discard_after(db: NodeDB) -> None:
     must_tick(db)
     first = emit(db, 2)
