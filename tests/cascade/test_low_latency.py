@@ -29,15 +29,20 @@ def _queue_ids(s: LocalSet, name: str, upto: int) -> list[int]:
         return [e.ev_id for e in db.batch_events(s.state(name).global_watermark, upto)]
 
 
+def _three_nodes_served(s: LocalSet) -> None:
+    """s1 -> s2 -> s3 with ``accounts``, a worker for s2 and s3; s2's is a task."""
+    s.root("s1")
+    s.branch("s2", "s1")
+    s.leaf("s3", "s2")
+    s.add_table("accounts")
+    s.start_workers()
+    assert isinstance(s.workers["s2"].query, TaskQuery)
+
+
 def test_pause_provider_change_and_a_newer_worker(spark: SparkSession, tmp_path: Path) -> None:
     # local[2]: one task slot per worker, so two workers at a time.
     with LocalSet(tmp_path, spark, mode=LOW_LATENCY) as s:
-        s.root("s1")
-        s.branch("s2", "s1")
-        s.leaf("s3", "s2")
-        s.add_table("accounts")
-        s.start_workers()
-        assert isinstance(s.workers["s2"].query, TaskQuery)
+        _three_nodes_served(s)
         # Both slots of local[2] are held: a third task could never run, and is refused.
         with pytest.raises(CascadeError, match="no free Spark task slot"):
             TaskQuery(spark, Follow(s.location("s3"), "s2", s.location("s2"), epoch=99))
@@ -106,12 +111,7 @@ def test_auto_takes_a_task_while_a_slot_is_spare_and_micro_batches_beyond(
     free), the leaf's would leave none for copies and micro-batches, so it applies in
     micro-batches, saying so once; both apply everything exactly once."""
     with LocalSet(tmp_path, spark, mode=AUTO) as s:
-        s.root("s1")
-        s.branch("s2", "s1")
-        s.leaf("s3", "s2")
-        s.add_table("accounts")
-        s.start_workers()
-        assert isinstance(s.workers["s2"].query, TaskQuery)
+        _three_nodes_served(s)
         assert not isinstance(s.workers["s3"].query, TaskQuery)
         run_workload(s.path("s1"), 30, seed=4)
         last = s.wait_synced(["s2", "s3"])

@@ -223,6 +223,17 @@ def _name(name: str) -> sql.Identifier:
     return sql.Identifier(name)
 
 
+def _on_conflict(table: str, columns: Sequence[str], pk: Sequence[str]) -> sql.Composable:
+    """The ``ON CONFLICT`` action of an upsert of ``columns`` into ``table`` keyed by ``pk``;
+    :class:`CascadeInputError` when the key is not among the columns written."""
+    if not pk or set(pk) - set(columns):
+        raise CascadeInputError(f"cannot upsert into {table!r}: its key {pk} is not in {columns}")
+    updates = [sql.SQL("{0} = excluded.{0}").format(_name(c)) for c in columns if c not in pk]
+    if not updates:
+        return sql.SQL("DO NOTHING")
+    return sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(updates))
+
+
 def _text(value: Any) -> str | None:
     """A value as the text PostgreSQL casts to the column's type (None stays NULL)."""
     if value is None or isinstance(value, str):
@@ -1057,21 +1068,12 @@ class PostgresNodeDB(NodeDB):
         if not rows:
             return
         _, pk = self.columns(table)
-        if not pk or set(pk) - set(columns):
-            raise CascadeInputError(
-                f"cannot upsert into {table!r}: its key {pk} is not in {columns}"
-            )
+        conflict = _on_conflict(table, columns, pk)
         # ON CONFLICT may touch a row once per statement: the last row of a key wins, as it
         # would row by row.
         at = [list(columns).index(c) for c in pk]
         last = {tuple(_text(r[i]) for i in at): r for r in rows}
         source, cast, arrays = self._unnest(table, columns, list(last.values()), "baton_u")
-        updates = [sql.SQL("{0} = excluded.{0}").format(_name(c)) for c in columns if c not in pk]
-        conflict = (
-            sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(updates))
-            if updates
-            else sql.SQL("DO NOTHING")
-        )
         cur.execute(
             sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) {}").format(
                 _name(table),
@@ -1109,16 +1111,7 @@ class PostgresNodeDB(NodeDB):
             if c not in types:
                 raise CascadeInputError(f"table {table!r} has no column {c!r}")
         pk = [c for _, c in sorted((pos, c) for c, _, pos in catalog if pos is not None)]
-        if not pk or set(pk) - set(columns):
-            raise CascadeInputError(
-                f"cannot upsert into {table!r}: its key {pk} is not in {columns}"
-            )
-        updates = [sql.SQL("{0} = excluded.{0}").format(_name(c)) for c in columns if c not in pk]
-        conflict = (
-            sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(updates))
-            if updates
-            else sql.SQL("DO NOTHING")
-        )
+        conflict = _on_conflict(table, columns, pk)
         # The server reads each image: one text array to send (psycopg dumps it in binary)
         # instead of a value per column converted to text in Python, which took about as long
         # as the statement itself. json, not jsonb: json keeps each number's text (jsonb would
