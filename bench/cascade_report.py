@@ -228,7 +228,10 @@ def hops_table(hops: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]:
+def section(
+    baton: dict[str, Any], londiste: dict[str, Any] | None, image: str = "cascade-lag.png"
+) -> list[str]:
+    """Section 9 of the report; ``image`` is the lag plot it links (a file beside it)."""
     changes = baton.get("postgres", baton.get("sqlite", {})).get("throughput", {}).get("changes")
     lines = [
         "## 9. Cascaded replication (baton against Londiste 3 + PgQ)",
@@ -262,12 +265,41 @@ def section(baton: dict[str, Any], londiste: dict[str, Any] | None) -> list[str]
         "sink; its low-latency workers in one long-running Spark task each "
         "([spark.md](spark.md#worker-modes-micro-batch-or-low-latency)).",
         "",
-        "![lag over a run at 5,000 changes/s](cascade-lag.png)",
+        f"![lag over the lag runs]({image})",
         "",
         *tables(baton, londiste),
         "",
     ]
     return lines
+
+
+def lag_svg(baton: dict[str, Any], londiste: dict[str, Any] | None) -> str:
+    """The lag root -> leaf over each lag run as SVG text: a panel per rate (changes/s), a line
+    per system with a ``series`` ([seconds into the run, lag] per transaction), and a system
+    whose result has no series (numbers copied from a report) as dashed lines at its p50 and
+    p99."""
+    from bench.plot import Level, Panel, Series, lines_svg
+
+    systems = _systems(baton, londiste)
+    rates = sorted({rate for _, r in systems for rate in r.get("lag", {})}, key=float)
+    panels = []
+    for rate in rates:
+        series, levels = [], []
+        for name, r in systems:
+            lag = r.get("lag", {}).get(rate)
+            if lag is None:
+                continue
+            if lag.get("series"):
+                series.append(Series(name, [(float(x), float(y)) for x, y in lag["series"]]))
+            else:
+                levels += [Level(f"{name} p50", lag["p50"]), Level(f"{name} p99", lag["p99"])]
+        panels.append(Panel(f"at {float(rate):,.0f} changes/s", series, levels))
+    return lines_svg(
+        panels,
+        title="Cascade lag root -> branch -> leaf over each run",
+        xlabel="seconds into the run (one 100-change transaction per point)",
+        ylabel="lag (s)",
+    )
 
 
 def plot(baton: dict[str, Any], londiste: dict[str, Any] | None, path: Path) -> None:

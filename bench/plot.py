@@ -1,13 +1,17 @@
-"""A scatter plot as a PNG, written with the standard library only (no plotting package is
-installed on the benchmark machines): a white canvas, axes with tick labels drawn from a 3x5
-pixel font, and one dot per point."""
+"""Plots written with the standard library only (no plotting package is installed on the
+benchmark machines): a scatter plot as a PNG (a white canvas, axes with tick labels drawn from a
+3x5 pixel font, and one dot per point), and, as SVG text, a strip plot of samples per system and
+line plots of series over time (:func:`strip_svg`, :func:`lines_svg`). The SVG functions are
+pure, data in and text out, so the report's plots are tested without running a benchmark."""
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 #: 3x5 glyphs for the characters tick labels and titles use (other characters are blank).
 _FONT = {
@@ -112,3 +116,204 @@ def line_png(
         c.dot(px, py, (30, 90, 200), 2)
     del title, xlabel, ylabel
     path.write_bytes(c.png())
+
+
+# -- SVG ---------------------------------------------------------------------------------------
+
+#: Series colours, in order (colour-blind safe: Okabe and Ito's palette).
+PALETTE = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#000000")
+#: Marks (a p99, a target) are drawn in this colour, apart from the series.
+MARK = "#c00000"
+_FONT_CSS = "font-family:sans-serif;font-size:12px"
+
+
+@dataclass(frozen=True)
+class Strip:
+    """One row of a strip plot: a system's samples, and values to mark on its row
+    (``{"p99": 2.03}``)."""
+
+    name: str
+    samples: Sequence[float]
+    marks: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a line plot: (x, y) points in x order."""
+
+    name: str
+    points: Sequence[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Level:
+    """A horizontal reference line on a panel: a value known without its series (another
+    system's p99 from a report, a target)."""
+
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One plot of :func:`lines_svg`, with its own title and y axis."""
+
+    title: str
+    series: Sequence[Series]
+    levels: Sequence[Level] = ()
+
+
+def _span(lo: float, hi: float) -> tuple[float, float]:
+    """An axis range holding [lo, hi] with 5 % to spare each side (one value: +- 1 %)."""
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.01 or 1.0
+    return lo - pad, hi + pad
+
+
+def _text(x: float, y: float, s: str, anchor: str = "start", css: str = "") -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" style="{_FONT_CSS};{css}">'
+        f"{escape(s)}</text>"
+    )
+
+
+def _svg(width: int, height: int, title: str, body: list[str]) -> str:
+    # The title is a <title> for screen readers and drawn at the top for everyone else.
+    return "\n".join(
+        [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">',
+            f"<title>{escape(title)}</title>",
+            f'<rect width="{width}" height="{height}" fill="white"/>',
+            _text(width / 2, 18, title, "middle", "font-size:14px;font-weight:bold"),
+            *body,
+            "</svg>",
+            "",
+        ]
+    )
+
+
+def strip_svg(
+    strips: Sequence[Strip], *, title: str, xlabel: str, unit: str = "s", width: int = 900
+) -> str:
+    """A strip plot as SVG text: one row per strip, one dot (``<circle class="sample">``) per
+    sample at its value on a shared x axis, spread a little up and down so equal values stay
+    visible, and each mark a red tick across its row with its value (``<line class="mark">``).
+    The x axis spans every sample and mark."""
+    left, right, top, row, bottom = 130, 30, 40, 50, 50
+    height = top + row * max(len(strips), 1) + bottom
+    values = [v for s in strips for v in (*s.samples, *s.marks.values())]
+    x0, x1 = _span(min(values, default=0.0), max(values, default=1.0))
+    pw = width - left - right
+
+    def at(v: float) -> float:
+        return left + (v - x0) / (x1 - x0) * pw
+
+    body: list[str] = []
+    axis_y = top + row * len(strips)
+    body.append(f'<line x1="{left}" y1="{axis_y}" x2="{left + pw}" y2="{axis_y}" stroke="black"/>')
+    for k in range(6):
+        v = x0 + (x1 - x0) * k / 5
+        x = at(v)
+        body.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{axis_y + 4}" stroke="#ddd"/>')
+        body.append(_text(x, axis_y + 18, f"{v:.2f} {unit}", "middle"))
+    body.append(_text(left + pw / 2, axis_y + 38, xlabel, "middle"))
+    for i, s in enumerate(strips):
+        mid = top + row * i + row / 2
+        colour = PALETTE[i % len(PALETTE)]
+        body.append(_text(left - 8, mid + 4, s.name, "end"))
+        body.append(f'<g class="strip" fill="{colour}" fill-opacity="0.7">')
+        for j, v in enumerate(s.samples):
+            # A fixed spread (no randomness): the same results draw the same file.
+            dy = ((j * 7) % 11 - 5) * 2.4
+            body.append(f'<circle class="sample" cx="{at(v):.1f}" cy="{mid + dy:.1f}" r="3.5"/>')
+        body.append("</g>")
+        for name, v in s.marks.items():
+            x = at(v)
+            body.append(
+                f'<line class="mark" x1="{x:.1f}" y1="{mid - row / 2 + 4}" x2="{x:.1f}" '
+                f'y2="{mid + row / 2 - 4}" stroke="{MARK}" stroke-width="2"/>'
+            )
+            body.append(
+                _text(x + 4, mid - row / 2 + 14, f"{name} {v:.3f} {unit}", css=f"fill:{MARK}")
+            )
+    return _svg(width, height, title, body)
+
+
+def lines_svg(
+    panels: Sequence[Panel], *, title: str, xlabel: str, ylabel: str, width: int = 900
+) -> str:
+    """Line plots stacked as SVG text, one per panel with its own y axis from 0 and a shared x
+    label: a ``<polyline class="series">`` per series (one point per (x, y), ``data-points``
+    says how many) and a dashed ``<line class="level">`` per level, both named in the panel's
+    legend."""
+    left, right, top, ph, gap, bottom = 70, 30, 40, 220, 50, 40
+    height = top + len(panels) * (ph + gap) - gap + bottom
+    body: list[str] = []
+    for i, p in enumerate(panels):
+        body += _panel(
+            p, left, top + i * (ph + gap) + 16, width - left - right, ph - 16, ylabel=ylabel
+        )
+    body.append(_text(left + (width - left - right) / 2, height - 10, xlabel, "middle"))
+    return _svg(width, height, title, body)
+
+
+def _panel(p: Panel, left: float, top: float, pw: float, h: float, *, ylabel: str) -> list[str]:
+    """Panel ``p`` drawn in the box (left, top, pw wide, h high)."""
+    xs = [x for s in p.series for x, _ in s.points]
+    ys = [y for s in p.series for _, y in s.points] + [lv.value for lv in p.levels]
+    x0, x1 = min(xs, default=0.0), max(xs, default=1.0)
+    x1 = x1 if x1 > x0 else x0 + 1.0
+    y1 = max(ys, default=0.0) * 1.1 or 1.0
+
+    def px(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * pw
+
+    def py(y: float) -> float:
+        return top + h - y / y1 * h
+
+    out = [
+        _text(left, top - 4, p.title, css="font-weight:bold"),
+        f'<polyline points="{left},{top} {left},{top + h} {left + pw},{top + h}" '
+        'fill="none" stroke="black"/>',
+        f'<text transform="translate(16,{top + h / 2:.1f}) rotate(-90)" '
+        f'text-anchor="middle" style="{_FONT_CSS}">{escape(ylabel)}</text>',
+    ]
+    for k in range(6):
+        y = py(y1 * k / 5)
+        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#eee"/>')
+        out.append(_text(left - 6, y + 4, f"{y1 * k / 5:.3f}", "end"))
+        x = x0 + (x1 - x0) * k / 5
+        out.append(_text(px(x), top + h + 16, f"{x:.1f}", "middle"))
+    legend = 0
+    for j, s in enumerate(p.series):
+        colour = PALETTE[j % len(PALETTE)]
+        pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s.points)
+        out.append(
+            f'<polyline class="series" data-name="{escape(s.name)}" '
+            f'data-points="{len(s.points)}" points="{pts}" fill="none" '
+            f'stroke="{colour}" stroke-width="1.2"/>'
+        )
+        out.append(_legend(left + pw, top, legend, s.name, colour, dashed=False))
+        legend += 1
+    for j, lv in enumerate(p.levels):
+        colour = PALETTE[(len(p.series) + j) % len(PALETTE)]
+        y = py(lv.value)
+        out.append(
+            f'<line class="level" x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" '
+            f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="6 4"/>'
+        )
+        label = f"{lv.name} {lv.value:.3f}"
+        out.append(_legend(left + pw, top, legend, label, colour, dashed=True))
+        legend += 1
+    return out
+
+
+def _legend(right: float, top: float, k: int, name: str, colour: str, *, dashed: bool) -> str:
+    """Legend entry ``k`` of a panel: a short line in the entry's colour and its name, in a
+    column at the panel's top right."""
+    y = top + 10 + 16 * k
+    dash = ' stroke-dasharray="6 4"' if dashed else ""
+    return (
+        f'<line x1="{right - 300}" y1="{y - 4}" x2="{right - 276}" y2="{y - 4}" '
+        f'stroke="{colour}" stroke-width="2"{dash}/>' + _text(right - 270, y, name)
+    )

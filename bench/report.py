@@ -74,6 +74,9 @@ class Results:
     compare: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Plots written beside the report, by kind (``failover``, ``cascade_lag``) -> file name;
+    #: the report links each from its section.
+    plots: dict[str, str] = field(default_factory=dict)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -144,6 +147,35 @@ def failover_details(results: Sequence[FailoverResult]) -> list[str]:
     out.append("")
     for r in results:
         out.append(f"- `{r.system}`: " + ", ".join(f"{x:.3f}" for x in r.samples))
+    return out
+
+
+def failover_svg(results: Sequence[FailoverResult]) -> str:
+    """Every failover sample of every system as a strip plot (SVG text), its p99 marked."""
+    from bench.plot import Strip, strip_svg
+
+    return strip_svg(
+        [Strip(r.system, r.samples, {"p99": r.summary.p99}) for r in results],
+        title="Unplanned failover: every trial, p99 marked",
+        xlabel="seconds from the SIGKILL of the leader to the new leader's first write "
+        f"(ttl {results[0].ttl:g} s)"
+        if results
+        else "seconds",
+    )
+
+
+#: The plots :mod:`bench.run` writes beside docs/benchmarks.md: kind -> file name.
+PLOTS = {"failover": "failover.svg", "cascade_lag": "cascade_lag.svg"}
+
+
+def plots(res: Results) -> dict[str, str]:
+    """The plots of ``res``'s results as SVG text, by kind (a key of :data:`PLOTS`): only those
+    it has results for."""
+    out: dict[str, str] = {}
+    if res.failover:
+        out["failover"] = failover_svg(res.failover)
+    if res.cascade and any(key in res.cascade for key, _ in cascade_report.BATON_RUNS):
+        out["cascade_lag"] = cascade_report.lag_svg(res.cascade, res.londiste)
     return out
 
 
@@ -780,6 +812,11 @@ def document(res: Results) -> str:
             *failover_details(res.failover),
             "",
         ]
+        if "failover" in res.plots:
+            lines += [
+                f"![every failover sample per system, p99 marked]({res.plots['failover']})",
+                "",
+            ]
     if res.handover:
         lines += [
             "## 3. Planned handover and resignation",
@@ -850,7 +887,8 @@ def document(res: Results) -> str:
     if res.groups:
         lines += groups_section(res)
     if res.cascade:
-        lines += cascade_report.section(res.cascade, res.londiste)
+        image = res.plots.get("cascade_lag")
+        lines += cascade_report.section(res.cascade, res.londiste, *([image] if image else []))
     if res.channels:
         from bench.channels import section as channels_section
 

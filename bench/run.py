@@ -32,14 +32,17 @@ Benchmarks (each starts its own servers in a temp dir and stops them, except ``p
               5 ``baton node`` agents running 30 replicated objects, until those groups have a
               new leader nominated, leading and serving; on SQLite unless ``--backend`` is given
 
-A full run (no ``--quick``, no ``--only``) writes ``docs/benchmarks.md``; other runs print only,
-unless ``--output`` is given.
+A full run (no ``--quick``, no ``--only``) writes ``docs/benchmarks.md`` and its plots
+(``docs/failover.svg``, ``docs/cascade_lag.svg``); other runs print only, unless ``--output``
+(the report) or ``--plots DIR`` is given. On a terminal a progress bar over the chosen
+benchmarks stays below the lines they print; otherwise (CI, a redirect) the lines are plain.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import subprocess
 import sys
 import time
@@ -48,6 +51,15 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
 from bench.common import BACKENDS, REPO, loadavg, machine
 from bench.failover import baton_failover, etcd_failover
 from bench.groups import group_recovery
@@ -55,7 +67,7 @@ from bench.handover import handover
 from bench.nodes import SIZES, idle, takeover
 from bench.placement import placement_bench
 from bench.renewal import FULL_SIZES, QUICK_SIZES, renewal
-from bench.report import Results, console, document
+from bench.report import PLOTS, Results, console, document, plots
 
 NAMES = (
     "failover", "etcd", "handover", "renewal", "takeover", "idle", "placement", "groups", "cascade",
@@ -71,8 +83,18 @@ IDLE_WAIT = 600.0
 NOTES: list[str] = []
 
 
+#: The console of the progress bar while one is shown: lines go through it so that they are
+#: printed above the bar instead of through it.
+_live: list[Console] = []
+
+
 def say(message: str) -> None:
-    print(message, flush=True)
+    """Print one line of progress (every benchmark is given this to report its trials)."""
+    if not _live:
+        print(message, flush=True)
+    else:
+        # Not markup: the lines hold brackets (lists, JSON) that rich would read as styles.
+        _live[-1].print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 def _commit() -> str:
@@ -90,6 +112,37 @@ def _wait_idle() -> None:
     while (load := loadavg()) >= IDLE_LOAD and time.monotonic() < deadline:
         say(f"waiting for the load average to drop below {IDLE_LOAD} (now {load:.2f})")
         time.sleep(30)
+
+
+def run_jobs(
+    res: Results, jobs: Sequence[tuple[str, Callable[[], None]]], out: Console | None = None
+) -> None:
+    """Run ``jobs`` (name, benchmark) one after another, a failure recorded in ``res.errors``.
+    When ``out`` (default: stdout) is a terminal, one progress bar over them shows the one
+    running, the time elapsed and how many are done, below the lines they print; otherwise
+    only the plain lines are printed (no escape codes in a log)."""
+    out = out or Console()
+    if not out.is_terminal:
+        for i, (what, job) in enumerate(jobs, 1):
+            _attempt(res, f"{what} ({i} of {len(jobs)})", job)
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=out) as progress:
+        bar = progress.add_task("benchmarks", total=len(jobs))
+        _live.append(progress.console)
+        try:
+            for i, (what, job) in enumerate(jobs, 1):
+                progress.update(bar, description=what)
+                _attempt(res, f"{what} ({i} of {len(jobs)})", job)
+                progress.advance(bar)
+            progress.update(bar, description="benchmarks done")
+        finally:
+            _live.pop()
 
 
 def _attempt(res: Results, what: str, fn: Callable[[], None]) -> None:
@@ -225,8 +278,7 @@ def run(
     if "compare" in names:
         what = "compare and repair, baton, reladiff and Londiste 3"
         jobs.append((what, partial(_compare, res, quick)))
-    for what, job in jobs:
-        _attempt(res, what, job)
+    run_jobs(res, jobs)
     res.duration = time.monotonic() - started
     return res
 
@@ -258,6 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"write the markdown report here (default for a full run: {DOC.relative_to(REPO)})",
     )  # fmt: skip
     parser.add_argument(
+        "--plots", type=Path, metavar="DIR",
+        help=f"write the plots (SVG) into DIR (default with {DOC.relative_to(REPO)}: "
+        f"{DOC.parent.relative_to(REPO)}/)",
+    )  # fmt: skip
+    parser.add_argument(
         "--wait-idle", action="store_true",
         help=f"first wait (up to {IDLE_WAIT / 60:.0f} min) for a load average below {IDLE_LOAD}",
     )  # fmt: skip
@@ -275,12 +332,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     node_backends: list[str] = args.backend or ["sqlite"]
     res = run(names, backends, args.quick, args.trials, node_backends)
     say(console(res))
+    plot_dir: Path | None = args.plots or (DOC.parent if output == DOC else None)
+    if plot_dir is not None:
+        write_plots(res, plot_dir, output)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(with_kept(document(res), output))
         say(f"wrote {output}")
     say(f"done in {res.duration / 60:.1f} min")
     return 1 if res.errors else 0
+
+
+def write_plots(res: Results, directory: Path, report: Path | None) -> None:
+    """Write ``res``'s plots into ``directory`` and record them in ``res.plots`` as paths
+    relative to ``report``'s directory (the report links them from there)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = (report or directory / "report.md").parent
+    for kind, svg in plots(res).items():
+        path = directory / PLOTS[kind]
+        path.write_text(svg)
+        res.plots[kind] = os.path.relpath(path, base)
+        say(f"wrote {path}")
 
 
 #: Everything after this line of docs/benchmarks.md is measured by commands of its own (each
