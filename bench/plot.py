@@ -233,8 +233,16 @@ def strip_svg(
                 f'<line class="mark" x1="{x:.1f}" y1="{mid - row / 2 + 4}" x2="{x:.1f}" '
                 f'y2="{mid + row / 2 - 4}" stroke="{MARK}" stroke-width="2"/>'
             )
+            # Near the right edge the label goes to the line's left, so it is not cut off.
+            right_half = x > left + pw * 0.8
             body.append(
-                _text(x + 4, mid - row / 2 + 14, f"{name} {v:.3f} {unit}", css=f"fill:{MARK}")
+                _text(
+                    x - 4 if right_half else x + 4,
+                    mid - row / 2 + 14,
+                    f"{name} {v:.3f} {unit}",
+                    "end" if right_half else "start",
+                    f"fill:{MARK}",
+                )
             )
     return _svg(width, height, title, body)
 
@@ -284,6 +292,7 @@ def _panel(p: Panel, left: float, top: float, pw: float, h: float, *, ylabel: st
         out.append(_text(left - 6, y + 4, f"{y1 * k / 5:.3f}", "end"))
         x = x0 + (x1 - x0) * k / 5
         out.append(_text(px(x), top + h + 16, f"{x:.1f}", "middle"))
+    keys: list[str] = []
     legend = 0
     for j, s in enumerate(p.series):
         colour = PALETTE[j % len(PALETTE)]
@@ -293,7 +302,7 @@ def _panel(p: Panel, left: float, top: float, pw: float, h: float, *, ylabel: st
             f'data-points="{len(s.points)}" points="{pts}" fill="none" '
             f'stroke="{colour}" stroke-width="1.2"/>'
         )
-        out.append(_legend(left + pw, top, legend, s.name, colour, dashed=False))
+        keys.append(_legend(left + pw, top, legend, s.name, colour, dashed=False))
         legend += 1
     for j, lv in enumerate(p.levels):
         colour = PALETTE[(len(p.series) + j) % len(PALETTE)]
@@ -303,9 +312,14 @@ def _panel(p: Panel, left: float, top: float, pw: float, h: float, *, ylabel: st
             f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="6 4"/>'
         )
         label = f"{lv.name} {lv.value:.3f}"
-        out.append(_legend(left + pw, top, legend, label, colour, dashed=True))
+        keys.append(_legend(left + pw, top, legend, label, colour, dashed=True))
         legend += 1
-    return out
+    # The legend last, on a white box: it sits over the data's top right, above the lines.
+    out.append(
+        f'<rect x="{left + pw - 306}" y="{top + 1}" width="304" height="{16 * legend + 4}" '
+        'fill="white" fill-opacity="0.85"/>'
+    )
+    return out + keys
 
 
 def _legend(right: float, top: float, k: int, name: str, colour: str, *, dashed: bool) -> str:
