@@ -185,11 +185,10 @@ class TaskQuery:
             running.difference_update([q for q in running if q.done])
             # A Spark Connect server's task slots are its own (shared by its clients): not
             # counted here.
-            slots = len(running) + 1 + spare if self._sc is None else task_slots(self._sc)
-            if len(running) + spare >= slots:
+            slots = None if self._sc is None else task_slots(self._sc)
+            if slots is not None and len(running) + spare >= slots:
                 # A task that can never be scheduled would leave the node unapplied in
-                # silence: say so, and let the service try again (a slot frees when another
-                # worker stops).
+                # silence: say so (the worker then micro-batches, in auto, or tries again).
                 raise NoTaskSlot(
                     f"no free Spark task slot for a low-latency worker of {spec.subscriber}: "
                     f"the session runs {slots} task(s) at a time and {len(running)} low-latency "
