@@ -15,6 +15,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 from baton.errors import BadFrame, ChannelError
 from baton.logs import describe
 
+from .direct import FrameCache, writer_of
 from .handler import User
 from .hub import ChannelHub
 from .protocol import (
@@ -38,6 +39,9 @@ REASON_BYTES = 123
 #: At most this many queued frames go out in one message (one per line).
 BATCH = 64
 
+#: A publication's frame, built once for all the subscribers of this process's fan-out.
+FRAMES = FrameCache()
+
 
 def short(reason: str) -> str:
     """``reason`` on one line, cut to what a close frame can carry."""
@@ -54,6 +58,8 @@ class Connection:
     def __init__(self, ws: WebSocket, hub: ChannelHub) -> None:
         self.ws = ws
         self.hub = hub
+        #: The server's direct write of a prebuilt frame, when it offers one.
+        self.direct = writer_of(ws.scope)
         self.peer: str | None = None
         self.queue: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue(hub.config.queue)
         self.closing: tuple[int, str] | None = None
@@ -75,7 +81,10 @@ class Connection:
             # goes to the socket now, in the caller's loop, without waking a task per
             # subscriber. It only suspends when the socket's write buffer is full (the
             # subscriber is behind): then it finishes in a task and what comes next waits in
-            # the bounded queue behind it.
+            # the bounded queue behind it. Where the server allows, the frame's bytes, built
+            # once per publication, go to the socket directly.
+            if self.direct is not None and self.direct(FRAMES.frame(text)):
+                return
             try:
                 self.inflight = start_now(self.ws.send_text(text))
             except Exception:

@@ -11,6 +11,7 @@ from collections.abc import Generator
 import uvicorn
 
 from baton import logs
+from baton.channels.direct import PrebuiltFrameProtocol
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
 from baton.node.config import NodeConfig
@@ -44,6 +45,9 @@ async def serve(config: NodeConfig) -> None:
             # publication would be compressed once per subscriber (the fan-out's largest
             # per-subscriber cost) to save a few bytes on frames of a hundred.
             ws_per_message_deflate=False,
+            # The same protocol, able to write a publication's frame, built once, straight
+            # to each subscriber's socket (baton.channels.direct).
+            ws=PrebuiltFrameProtocol,
             # A request still running at a stop (a peer's call) must not keep the node from
             # releasing its leases: give it a moment, then go on.
             timeout_graceful_shutdown=max(1, round(agent.timings.request_timeout * 4)),
