@@ -70,7 +70,8 @@ class TableRows:
     key: list[str]
     upserts: list[list[Any]]
     deletes: list[list[Any]]
-    images: dict[tuple[Any, ...], str]
+    #: Keyed by the key column's value (a one-column key) or the tuple of the key's values.
+    images: dict[Any, str]
     #: The table's :meth:`~baton.cascade.db.NodeDB.image_types` (None: no images).
     image_types: dict[str, tuple[type, ...]] | None
 
@@ -93,8 +94,30 @@ def _as_image(rows: TableRows, text: str) -> bool:
         if allowed is None or type(value) not in allowed:
             return False  # an unknown column is refused by the usual path, with its message
     # One image per key, the last one winning, as upsert keeps the last row of a key.
-    rows.images[tuple(data.get(c) for c in rows.key)] = text
+    key = rows.key
+    rows.images[data.get(key[0]) if len(key) == 1 else tuple(data.get(c) for c in key)] = text
     return True
+
+
+class _Table:
+    """What :func:`rows_by_table` looks up once per table of a batch rather than per event:
+    the filters of its copy, and its :class:`TableRows` (made at its first event to write)."""
+
+    __slots__ = ("exact", "key_set", "rows", "shown", "skip")
+
+    def __init__(self, skip: int, shown: Collection[int]) -> None:
+        self.skip = skip
+        self.shown = shown
+        self.rows: TableRows | None = None
+        self.exact = False
+        self.key_set: frozenset[str] = frozenset()
+
+    def start(self, db: NodeDB, table: str) -> TableRows:
+        cols, pk = db.columns(table)
+        self.rows = TableRows(cols, pk, [], [], {}, db.image_types(table))
+        self.exact = db.exact_numbers(table)
+        self.key_set = frozenset(pk)
+        return self.rows
 
 
 def rows_by_table(
@@ -108,52 +131,65 @@ def rows_by_table(
     what a table's copy already shows: events whose tick is at or below ``skip_upto[table]``
     (the copy's tick) and those whose id is in ``reflected[table]``."""
     out: dict[str, TableRows] = {}
-    exact: dict[str, bool] = {}
     shown = reflected or {}
+    #: Table -> its filters and rows; None: its events are not applied here (not replicated,
+    #: or its copy is being made).
+    per: dict[str, _Table | None] = {}
+    # Fields by position (ev_id 0, type 2, table 3, key 4, data 5, tick 7): this runs once
+    # for every row a batch writes, and a named field is a Python-level lookup.
     for e in reduced:
-        if e.table is None or e.table not in tables or tables[e.table] == "copying":
+        table = e[3]
+        if table is None:
             continue
-        if e.tick is not None and e.tick <= skip_upto.get(e.table, 0):
+        if table in per:
+            t = per[table]
+        else:
+            copying = tables.get(table, "copying") == "copying"
+            t = per[table] = (
+                None if copying else _Table(skip_upto.get(table, 0), shown.get(table, ()))
+            )
+        if t is None:
+            continue
+        if e[7] is not None and e[7] <= t.skip:
             continue  # already in the table's copy
-        if e.table in shown and e.ev_id in shown[e.table]:
+        if t.shown and e[0] in t.shown:
             continue  # after the copy's tick, but its rows were read after this change
-        if e.table not in out:
-            cols, pk = db.columns(e.table)
-            out[e.table] = TableRows(cols, pk, [], [], {}, db.image_types(e.table))
-            exact[e.table] = db.exact_numbers(e.table)
-        rows = out[e.table]
-        cols, pk = rows.columns, rows.key
+        rows = t.rows
+        if rows is None:
+            rows = out[table] = t.start(db, table)
         try:
-            key = decode(e.key or "", exact[e.table])
+            key = decode(e[4] or "", t.exact)
         except ValueError:
-            raise CascadeError(f"event {e.ev_id} for {e.table}: key or data is not JSON") from None
-        if not isinstance(key, dict) or sorted(key) != sorted(pk):
+            raise CascadeError(f"event {e[0]} for {table}: key or data is not JSON") from None
+        if not isinstance(key, dict) or key.keys() != t.key_set:
             got = sorted(key) if isinstance(key, dict) else key
             raise CascadeError(
-                f"event {e.ev_id} for {e.table}: key columns {got} do not match the target's "
-                f"primary key {pk}; nothing applied"
+                f"event {e[0]} for {table}: key columns {got} do not match the target's "
+                f"primary key {rows.key}; nothing applied"
             )
-        if e.type == DELETE:
-            rows.deletes.append([key[c] for c in pk])
+        if e[2] == DELETE:
+            rows.deletes.append([key[c] for c in rows.key])
             continue
-        if e.data and _as_image(rows, e.data):
+        text = e[5]
+        if text and _as_image(rows, text):
             continue
+        cols = rows.columns
         if rows.images:
             # A row the database cannot read as is: this table's rows all go the usual way
             # from here, those kept as images first (their order is the events' order).
-            for text in rows.images.values():
-                image = decode(text, exact[e.table])
+            for kept in rows.images.values():
+                image = decode(kept, t.exact)
                 rows.upserts.append([image.get(c) for c in cols])
             rows.images.clear()
         rows.image_types = None
         try:
-            data = decode(e.data, exact[e.table]) if e.data else None
+            data = decode(text, t.exact) if text else None
         except ValueError:
-            raise CascadeError(f"event {e.ev_id} for {e.table}: key or data is not JSON") from None
+            raise CascadeError(f"event {e[0]} for {table}: key or data is not JSON") from None
         if not isinstance(data, dict) or set(data) - set(cols):
             extra = sorted(set(data) - set(cols)) if isinstance(data, dict) else data
             raise CascadeError(
-                f"event {e.ev_id} for {e.table}: columns {extra} are not in the target table "
+                f"event {e[0]} for {table}: columns {extra} are not in the target table "
                 f"(it has {cols}); nothing applied"
             )
         rows.upserts.append([data.get(c) for c in cols])

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from operator import itemgetter
 
 from baton.cascade.db import NodeDB
 from baton.cascade.model import ROW_TYPES, Event, Tick
@@ -65,15 +66,21 @@ class Batch:
     events: list[Event]
 
 
+_ID = itemgetter(0)
+
+
 def reduce_events(events: Iterable[Event]) -> list[Event]:
     """The last row event of every (table, key), in id order (what a batch leaves behind)."""
     last: dict[tuple[str, str], Event] = {}
+    # Fields by position (ev_id 0, type 2, table 3, key 4): a named field is a Python-level
+    # lookup, and this runs once for every event of a batch.
     for e in events:
-        if e.type in ROW_TYPES and e.table is not None and e.key is not None:
-            current = last.get((e.table, e.key))
-            if current is None or e.ev_id > current.ev_id:
-                last[(e.table, e.key)] = e
-    return sorted(last.values(), key=lambda e: e.ev_id)
+        if e[2] in ROW_TYPES and e[3] is not None and e[4] is not None:
+            k = (e[3], e[4])
+            current = last.get(k)
+            if current is None or e[0] > current[0]:
+                last[k] = e
+    return sorted(last.values(), key=_ID)
 
 
 def make_batch(ticks: list[Tick], events: list[Event], needs_events: bool) -> Batch:
@@ -81,7 +88,7 @@ def make_batch(ticks: list[Tick], events: list[Event], needs_events: bool) -> Ba
     every event (:attr:`~baton.cascade.model.NodeState.needs_events`)."""
     reduced = reduce_events(events)
     if not needs_events:
-        events = [e for e in events if e.type not in ROW_TYPES]
+        events = [e for e in events if e[2] not in ROW_TYPES]
     return Batch(ticks, reduced, events)
 
 

@@ -91,6 +91,8 @@ _EVENT_COLS = "ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_t
 _TICK_COLS = "tick_id, ev_high, snapshot, tick_time, tick_local"
 #: Rows fetched per round trip when streaming events.
 _FETCH = 2000
+#: An :class:`Event` straight from a row of :data:`_EVENT_COLS` (its fields, in order).
+_new_event = tuple.__new__
 #: The statement-level capture function (an older baton's row-level one is ``baton_capture``).
 CAPTURE_FUNCTION = "baton_capture_stmt"
 
@@ -690,9 +692,12 @@ class PostgresNodeDB(NodeDB):
                 conn.transaction(),
                 conn.cursor(name="baton_events") as cur,
             ):
-                cur.itersize = _FETCH
                 cur.execute(query, args)
-                yield from cur
+                # Page by page: a server cursor's own iterator runs Python code per row.
+                while rows := cur.fetchmany(_FETCH):
+                    yield from rows
+                    if len(rows) < _FETCH:
+                        break
             done = True
         finally:
             if done and self._reader is None and not self.conn.closed:
@@ -728,16 +733,19 @@ class PostgresNodeDB(NodeDB):
             {} if all(r.before is None or r.before.snap is not None for r in runs) else None
         )
         for e in self._stream(sql.SQL(" OR ").join(parts), args):
-            tick = e[7]
+            if e[7] is not None:
+                # The row is the event's fields in order (see _EVENT_COLS): made into one as
+                # it is, with no call of Event's own constructor, which runs Python code.
+                yield _new_event(Event, e)
+                continue
+            txid = e[6]
+            tick = None if by_txid is None else by_txid.get(txid)
             if tick is None:
-                txid = e[6]
-                tick = None if by_txid is None else by_txid.get(txid)
-                if tick is None:
-                    # The first tick of the range whose snapshot sees the event's transaction.
-                    tick = next(t for r in runs if (t := r.tick_of(e[0], txid)) is not None)
-                    if by_txid is not None:
-                        by_txid[txid] = tick
-            yield Event(e[0], e[1], e[2], e[3], e[4], e[5], e[6], tick)
+                # The first tick of the range whose snapshot sees the event's transaction.
+                tick = next(t for r in runs if (t := r.tick_of(e[0], txid)) is not None)
+                if by_txid is not None:
+                    by_txid[txid] = tick
+            yield _new_event(Event, (*e[:7], tick))
 
     def make_tick(self, cur: Any, min_events: int = 0) -> Tick | None:
         """Root: make the next tick with this transaction's snapshot. Must run in a transaction
@@ -853,7 +861,7 @@ class PostgresNodeDB(NodeDB):
         cond, args = _after(self._tick_row(tick_id))
         where = sql.SQL("ev_tick > %s OR (ev_tick IS NULL AND {})").format(cond)
         for e in self._stream(where, [tick_id, *args]):
-            yield Event(e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+            yield _new_event(Event, e)
 
     def _row_events_after(self, table: str, tick_id: int) -> list[tuple[int, str | None, Any]]:
         cond, args = _after(self._tick_row(tick_id))
