@@ -58,6 +58,7 @@ from websockets.client import ClientProtocol
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
+from baton.errors import ChannelError, ChannelUnavailable
 from baton.local.cluster import LocalCluster
 from baton.local.waiting import wait_for
 from bench.common import loadavg, quantile, temp_dir
@@ -70,6 +71,8 @@ TTL = 10.0
 BIN = 0.0005
 #: Connections opened at once by one receiver process.
 WAVE = 100
+#: Seconds before a subscribe answered with a retryable refusal is sent again.
+RETRY_AFTER = 0.5
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -103,6 +106,9 @@ class Received:
     #: Per publication (epoch, offset) as "e:o": the largest latency any receiver here saw.
     last: dict[str, float] = field(default_factory=dict)
     cpu_s: float = 0.0
+    #: ``unsubscribed`` answers by code (as text): a retryable one (the leader did not answer
+    #: a forwarded subscribe in time) is asked again, as baton's own client does.
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 #: ``--receiver``: ``raw`` (the default), plain sockets in one selector loop per process
@@ -366,6 +372,7 @@ class RawReceiver:
         self.urls = list(urls)
         self.token = token
         self.channel = channel
+        self.request = json.dumps({"type": "subscribe", "channel": channel}).encode()
         self.pipe = pipe
         self.sel = selectors.DefaultSelector()
         self.sel.register(pipe.fileno(), selectors.EVENT_READ, None)
@@ -380,6 +387,8 @@ class RawReceiver:
         #: Connections asked to subscribe that have neither answered nor closed.
         self.unanswered = 0
         self._addrs: dict[tuple[str, int], tuple[int, Any]] = {}
+        #: Subscribes to send again (when, which), oldest first.
+        self.retries: deque[tuple[float, _RawConn]] = deque()
         #: Every socket is read into this (see :data:`RECV_SIZE`).
         self.rbuf = bytearray(RECV_SIZE)
         self.rview = memoryview(self.rbuf)
@@ -393,12 +402,11 @@ class RawReceiver:
         gc.freeze()
         self.pipe.send("opened")
         self.next_message()  # "go"
-        request = json.dumps({"type": "subscribe", "channel": self.channel}).encode()
         for conn in self.conns:
             if conn.state == _OPEN:
                 conn.sub = _ASKED
                 self.unanswered += 1
-                self.send(conn, mask_frame(OP_TEXT, request))
+                self.send(conn, mask_frame(OP_TEXT, self.request))
         give_up = time.monotonic() + 300
         while self.unanswered and time.monotonic() < give_up:
             self.pump(1.0)
@@ -455,7 +463,10 @@ class RawReceiver:
     # -- the loop
 
     def pump(self, timeout: float) -> None:
-        """One select: read what arrived, write what waited, take the parent's messages."""
+        """One select: read what arrived, write what waited, take the parent's messages,
+        and ask again the subscribes that are due."""
+        if self.retries:
+            timeout = min(timeout, max(0.0, self.retries[0][0] - time.monotonic()))
         for key, mask in self.sel.select(timeout):
             conn = key.data
             if conn is None:
@@ -465,6 +476,11 @@ class RawReceiver:
                 self.on_read(conn)
             if mask & selectors.EVENT_WRITE and conn.state != _CLOSED:
                 self.on_write(conn)
+        now = time.monotonic()
+        while self.retries and self.retries[0][0] <= now:
+            _, conn = self.retries.popleft()
+            if conn.state == _OPEN and conn.sub == _ASKED:
+                self.send(conn, mask_frame(OP_TEXT, self.request))
 
     def connect(self, url: str) -> _RawConn:
         uri = parse_uri(url)
@@ -604,6 +620,16 @@ class RawReceiver:
                 if conn.sub == _ASKED:
                     conn.sub = _ANSWERED
                     self.unanswered -= 1
+            elif kind == "unsubscribed":
+                code = frame["code"]
+                out.refused[str(code)] = out.refused.get(str(code), 0) + 1
+                if conn.sub == _ASKED and isinstance(
+                    ChannelError.from_code(code, ""), ChannelUnavailable
+                ):
+                    # Still asked: subscribe again after a pause, as baton's client would.
+                    self.retries.append((time.monotonic() + RETRY_AFTER, conn))
+                elif conn.sub == _ASKED:
+                    self.drop(conn)
 
     def send(self, conn: _RawConn, data: bytes) -> None:
         if conn.out:
@@ -715,6 +741,8 @@ class Result:
     #: the machine the measuring takes from what is measured.
     receiver_cpu_s: float = 0.0
     receiver_us_per_frame: float = float("nan")
+    #: ``unsubscribed`` answers the receivers got, by code (4503s were asked again).
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 def _merge(result: Result, parts: list[dict[str, Any]]) -> None:
@@ -725,6 +753,8 @@ def _merge(result: Result, parts: list[dict[str, Any]]) -> None:
         result.missing += part["missing"]
         result.closed += part["closed"]
         result.receiver_cpu_s += part["cpu_s"]
+        for code, n in part.get("refused", {}).items():
+            result.refused[code] = result.refused.get(code, 0) + n
         result.receiver_cpu_pct += 100 * part["cpu_s"] / result.window
         for b, n in part["bins"].items():
             bins[int(b)] = bins.get(int(b), 0) + n
@@ -975,6 +1005,10 @@ def table(results: Sequence[Result]) -> list[str]:
             f"{r.receiver_cpu_pct:.0f}% | {r.receiver_us_per_frame:.1f} | "
             f"{r.load[0]:.1f}-{r.load[1]:.1f} |"
         )
+    for r in results:
+        if r.refused:
+            codes = ", ".join(f"{n:,} x {code}" for code, n in sorted(r.refused.items()))
+            out.append(f"\n{r.mode}: subscribes answered `unsubscribed`: {codes}")
     return out
 
 
