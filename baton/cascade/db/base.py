@@ -283,20 +283,35 @@ class NodeDB(abc.ABC):
         except NotANode:
             return False
 
+    #: The ``baton_local`` keys :meth:`state` reads.
+    _STATE_KEYS = (
+        "node_name", "set_name", "role", "provider", "position", "epoch", "paused",
+        "global_watermark", "combined",
+    )  # fmt: skip
+
     def state(self) -> NodeState:
-        name = self.get_local("node_name")
+        # Every key in one read, not one read per key: a low-latency worker reads its state
+        # at each look at its provider (every 5 ms while it waits), and the root's ticker at
+        # each of its steps.
+        marks = ", ".join("?" * len(self._STATE_KEYS))
+        rows = self._rows(
+            self._sql(f"SELECT key, value FROM baton_local WHERE key IN ({marks})"),
+            self._STATE_KEYS,
+        )
+        got = {str(k): str(v) for k, v in rows}
+        name = got.get("node_name")
         if name is None:
             raise NotANode(f"{self.location} is not a cascade node: create it first")
         return NodeState(
             name=name,
-            set_name=self.get_local("set_name") or "",
-            role=Role(self.get_local("role") or "leaf"),
-            provider=self.get_local("provider") or None,
-            position=int(self.get_local("position") or 0),
-            epoch=int(self.get_local("epoch") or 0),
-            paused=self.get_local("paused") == "1",
-            global_watermark=int(self.get_local("global_watermark") or 0),
-            combined=self.get_local("combined") or None,
+            set_name=got.get("set_name") or "",
+            role=Role(got.get("role") or "leaf"),
+            provider=got.get("provider") or None,
+            position=int(got.get("position") or 0),
+            epoch=int(got.get("epoch") or 0),
+            paused=got.get("paused") == "1",
+            global_watermark=int(got.get("global_watermark") or 0),
+            combined=got.get("combined") or None,
         )
 
     # -- set members ----------------------------------------------------------------------
