@@ -1120,14 +1120,21 @@ class PostgresNodeDB(NodeDB):
                 raise CascadeInputError(f"table {table!r} has no column {c!r}")
         pk = [c for _, c in sorted((pos, c) for c, _, pos in catalog if pos is not None)]
         conflict = _on_conflict(table, columns, pk)
-        # The server reads each image: one text array to send (psycopg dumps it in binary)
-        # instead of a value per column converted to text in Python, which took about as long
-        # as the statement itself. json, not jsonb: json keeps each number's text (jsonb would
-        # turn -0 into 0).
+        # The server reads each image: one JSON array of them to send, read by one
+        # json_to_recordset, instead of a value per column converted to text in Python, which
+        # took about as long as the statement itself. One document: the join is one C call
+        # (a text[] parameter was dumped element by element in Python) and the server parses
+        # it in one pass (each element of a text[] was cast to json and then read again by
+        # json_to_record): 14 % less server time for a 20,000-row batch, the values read by
+        # the same per-column input functions. The images are JSON objects (checked by
+        # _as_image), so the array is well formed. json, not jsonb: json keeps each number's
+        # text (jsonb would turn -0 into 0). In key order: the rows an upsert updates are
+        # spread over the table, and visiting them in index order is cheaper than in the
+        # events' order (4 % less server time, same batch).
         cur.execute(
             sql.SQL(
-                "INSERT INTO {t} ({cols}) SELECT {r} FROM unnest(%b::text[]) AS baton_i(image), "
-                "json_to_record(baton_i.image::json) AS baton_r({defs}) ON CONFLICT ({pk}) {c}"
+                "INSERT INTO {t} ({cols}) SELECT {r} FROM json_to_recordset(%s::json) "
+                "AS baton_r({defs}) ORDER BY {order} ON CONFLICT ({pk}) {c}"
             ).format(
                 t=_name(table),
                 cols=sql.SQL(", ").join(_name(c) for c in columns),
@@ -1135,10 +1142,11 @@ class PostgresNodeDB(NodeDB):
                 defs=sql.SQL(", ").join(
                     sql.SQL("{} {}").format(_name(c), sql.SQL(types[c])) for c in columns
                 ),
+                order=sql.SQL(", ").join(sql.SQL("baton_r.{}").format(_name(c)) for c in pk),
                 pk=sql.SQL(", ").join(_name(c) for c in pk),
                 c=conflict,
             ),
-            [list(images)],
+            ["[" + ",".join(images) + "]"],
         )
 
     def _key_match(
