@@ -135,11 +135,15 @@ class Stream:
         self.history.append(Entry(frame.offset, text, ts))
         while len(self.history) > self.keep:
             self.history.popleft()
-        for sink, sub in list(self.subs.items()):
-            # The fence: only the epoch this subscriber was given, and only forward.
-            if sub.epoch == frame.epoch and frame.offset > sub.after:
-                sub.after = frame.offset
-                sink.send(text, ts)
+        subs = list(self.subs.items())
+        # Relays first: each carries the frame to a whole node, whose own fan-out then runs
+        # beside this one instead of after it.
+        for relay in (True, False):
+            for sink, sub in subs:
+                # The fence: only the epoch this subscriber was given, and only forward.
+                if sub.relay is relay and sub.epoch == frame.epoch and frame.offset > sub.after:
+                    sub.after = frame.offset
+                    sink.send(text, ts)
 
     def since(self, offset: int) -> list[Entry] | None:
         """The history after ``offset`` of the current epoch, or None when it does not cover

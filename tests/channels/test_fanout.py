@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
-from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, User
+from baton.channels.handler import CLUSTER_USER, Channel, Context, Handler, TickHandler, User
+from baton.channels.protocol import Pub, dumps
 from baton.channels.server import start_now
+from baton.channels.stream import Stream, Sub
 from baton.store import open_store
 from baton.testing.clock import ManualClock
 from tests.channels.test_hub_timers import _hub, _kinds
@@ -143,3 +145,30 @@ async def test_subscribers_arriving_during_a_survey_share_it(tmp_path: Path) -> 
                 assert offsets == list(range(lines[0]["offset"] + 1, offsets[-1] + 1))
         finally:
             await hub.stop()
+
+
+def test_relays_get_a_publication_before_the_nodes_own_subscribers() -> None:
+    """A relay carries the frame to a whole node: it goes first, so that node's fan-out runs
+    beside this one; the fence still holds for both kinds."""
+    order: list[str] = []
+
+    class Named(Frames):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def send(self, text: str, ts: float | None = None) -> None:
+            order.append(self.name)
+
+    stream = Stream(Channel("tick", "x"), TickHandler(), keep=10, epoch=3)
+    clients = [Named(f"client{i}") for i in range(3)]
+    relay, stale = Named("relay"), Named("stale relay")
+    for sink in clients[:2]:
+        stream.subs[sink] = Sub(CLUSTER_USER, 3, 0)
+    stream.subs[relay] = Sub(CLUSTER_USER, 3, 0, relay=True)
+    stream.subs[stale] = Sub(CLUSTER_USER, 2, 0, relay=True)  # another epoch: fenced
+    stream.subs[clients[2]] = Sub(CLUSTER_USER, 3, 0)
+    frame = Pub(channel="tick:x", epoch=3, offset=1, data={}, ts=1.0)
+    stream.deliver(frame, dumps(frame))
+    stream.deliver(frame, dumps(frame))  # a repeat: nobody gets it twice
+    assert order == ["relay", "client0", "client1", "client2"]
