@@ -161,6 +161,20 @@ def _run_arrow(spec: Follow, batches: Iterator[Any]) -> Iterator[Any]:
     yield pa.RecordBatch.from_pydict({"outcome": [follow(spec).value]})
 
 
+def has_spare_slot(spark: SparkSession, spare: int = 1) -> bool:
+    """Whether a new low-latency task would leave at least ``spare`` of the session's slots
+    free now (:class:`TaskQuery`'s own test, without starting anything). Over Spark Connect
+    the server's slots are not counted: True."""
+    from baton.spark.session import is_connect
+
+    if is_connect(spark):
+        return True
+    sc = spark.sparkContext
+    with _RUNNING_LOCK:
+        running = [q for q in _RUNNING.get(id(sc), set()) if not q.done]
+        return len(running) + spare < task_slots(sc)
+
+
 class TaskQuery:
     """A running :func:`follow` task, seen as the worker sees a streaming query."""
 

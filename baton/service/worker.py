@@ -51,6 +51,9 @@ _FIRST_START = threading.Lock()
 FIRST_BATCH_WAIT = 60.0
 #: How long ``stop`` lets a running micro-batch finish.
 STOP_GRACE = 5.0
+#: How often an ``auto`` worker that fell back to micro-batches looks for a task slot that
+#: has come free since (another worker stopped, say), to move to a low-latency task.
+TASK_RETRY = 10.0
 #: Seconds after a worker's start at which an application the cluster gave no executor is
 #: said to be waiting for one (it applies nothing until it has one).
 STARVED_AFTER = 10.0
@@ -133,6 +136,9 @@ class Worker:
         self._claimed = False
         #: An ``auto`` worker said it found no slot to spare (said once, not at every start).
         self._said_no_slot = False
+        #: An ``auto`` worker in micro-batches looks for a free task slot this often.
+        self.task_retry = TASK_RETRY
+        self._task_looked = time.monotonic()
         #: The cluster had given the application no executor :data:`STARVED_AFTER` seconds
         #: after the start (it can apply nothing until it has one).
         self.starved = False
@@ -366,7 +372,28 @@ class Worker:
             )
             self.start()
             return
+        if self._slot_came_free():
+            log.info(
+                "worker moves to a low-latency task: a Spark task slot is free now",
+                extra={"location": self.location, "provider": self.provider},
+            )
+            self.stop()  # the running micro-batch finishes first; the task resumes after it
+            self.start()
+            return
         self.pull_watermarks()
+
+    def _slot_came_free(self) -> bool:
+        """An ``auto`` worker applying in micro-batches, at most every :attr:`task_retry`
+        seconds: whether a low-latency task would now leave a slot to spare."""
+        from baton.service.task import TaskQuery, has_spare_slot
+
+        if self.mode is not AUTO or self.query is None or isinstance(self.query, TaskQuery):
+            return False
+        now = time.monotonic()
+        if now - self._task_looked < self.task_retry:
+            return False
+        self._task_looked = now
+        return has_spare_slot(self.spark, spare=1)
 
     def stop(self) -> None:
         if self.query is not None:

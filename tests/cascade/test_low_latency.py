@@ -109,7 +109,8 @@ def test_auto_takes_a_task_while_a_slot_is_spare_and_micro_batches_beyond(
 ) -> None:
     """``auto``, the default mode, on local[2]: the branch's worker gets a task (one slot stays
     free), the leaf's would leave none for copies and micro-batches, so it applies in
-    micro-batches, saying so once; both apply everything exactly once."""
+    micro-batches, saying so once; both apply everything exactly once. When the branch's
+    worker stops, the leaf's takes the freed slot for a task."""
     with LocalSet(tmp_path, spark, mode=AUTO) as s:
         _three_nodes_served(s)
         assert not isinstance(s.workers["s3"].query, TaskQuery)
@@ -121,6 +122,24 @@ def test_auto_takes_a_task_while_a_slot_is_spare_and_micro_batches_beyond(
         assert ids == sorted(set(ids))
         said = [r for r in caplog.records if "no Spark task slot to spare" in r.getMessage()]
         assert len(said) == 1, said
+        # The branch's worker stops (its host went away, say): its slot is free, and the
+        # leaf's worker moves to a task at its next look, without a restart of its own.
+        s.stop_worker("s2")
+        leaf = s.workers["s3"]
+        leaf.task_retry = 0.0
+
+        def on_a_task() -> bool:
+            leaf.check()
+            return isinstance(leaf.query, TaskQuery)
+
+        wait_for(on_a_task, timeout=60, what="the leaf's worker to move to a task")
+        # The branch's new worker now finds no slot to spare: micro-batches. Both stay exact.
+        s.start_worker("s2")
+        assert not isinstance(s.workers["s2"].query, TaskQuery)
+        run_workload(s.path("s1"), 30, seed=5)
+        s.wait_synced(["s2", "s3"])
+        expected = s.rows("s1")
+        assert s.rows("s2") == expected and s.rows("s3") == expected
 
 
 def test_a_stopped_start_gives_up_waiting_for_the_first_batch(
