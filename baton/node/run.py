@@ -15,6 +15,7 @@ from baton.channels.direct import PrebuiltFrameProtocol
 from baton.node.agent import NodeAgent
 from baton.node.api import build_app
 from baton.node.config import NodeConfig
+from baton.node.heap import HeapKeeper
 
 log = logging.getLogger("baton.node")
 
@@ -80,6 +81,9 @@ async def serve(config: NodeConfig) -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
+    # The node's process is baton's own: keep its collector's pauses short (baton.node.heap).
+    heap = HeapKeeper()
+    heap.start()
     try:
         starting = asyncio.ensure_future(agent.start())
         await asyncio.wait(
@@ -94,6 +98,7 @@ async def serve(config: NodeConfig) -> None:
         if handover:
             await asyncio.gather(*handover, return_exceptions=True)
         await agent.stop()
+        await heap.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         logs.set_context(None)
