@@ -137,8 +137,7 @@ class Worker:
         #: An ``auto`` worker said it found no slot to spare (said once, not at every start).
         self._said_no_slot = False
         #: An ``auto`` worker in micro-batches looks for a free task slot this often.
-        self.task_retry = TASK_RETRY
-        self._task_looked = time.monotonic()
+        self.task_retry = Every(TASK_RETRY)
         #: The cluster had given the application no executor :data:`STARVED_AFTER` seconds
         #: after the start (it can apply nothing until it has one).
         self.starved = False
@@ -383,17 +382,13 @@ class Worker:
         self.pull_watermarks()
 
     def _slot_came_free(self) -> bool:
-        """An ``auto`` worker applying in micro-batches, at most every :attr:`task_retry`
-        seconds: whether a low-latency task would now leave a slot to spare."""
+        """An ``auto`` worker applying in micro-batches, at most once per ``task_retry``'s
+        interval: whether a low-latency task would now leave a slot to spare."""
         from baton.service.task import TaskQuery, has_spare_slot
 
         if self.mode is not AUTO or self.query is None or isinstance(self.query, TaskQuery):
             return False
-        now = time.monotonic()
-        if now - self._task_looked < self.task_retry:
-            return False
-        self._task_looked = now
-        return has_spare_slot(self.spark, spare=1)
+        return self.task_retry.due() and has_spare_slot(self.spark, spare=1)
 
     def stop(self) -> None:
         if self.query is not None:

@@ -126,7 +126,7 @@ def test_auto_takes_a_task_while_a_slot_is_spare_and_micro_batches_beyond(
         # leaf's worker moves to a task at its next look, without a restart of its own.
         s.stop_worker("s2")
         leaf = s.workers["s3"]
-        leaf.task_retry = 0.0
+        leaf.task_retry.interval = 0.0
 
         def on_a_task() -> bool:
             leaf.check()
