@@ -743,6 +743,9 @@ class Result:
     receiver_us_per_frame: float = float("nan")
     #: ``unsubscribed`` answers the receivers got, by code (4503s were asked again).
     refused: dict[str, int] = field(default_factory=dict)
+    #: Per publication in the window, ``[offset, ms]`` to its last receiver, in offset order:
+    #: whether the tail comes at a period (a collection, a renewal) or at random.
+    series: list[tuple[int, float]] = field(default_factory=list)
 
 
 def _merge(result: Result, parts: list[dict[str, Any]]) -> None:
@@ -772,6 +775,8 @@ def _merge(result: Result, parts: list[dict[str, Any]]) -> None:
     if last:
         # Publications seen at both ends of the window are cut short: only whole ones count.
         result.e2e_last_p99_ms = quantile(list(last.values()), 0.99) * 1000
+        offsets = sorted((int(k.rsplit(":", 1)[1]), v) for k, v in last.items())
+        result.series = [(o, round(v * 1000, 1)) for o, v in offsets]
 
 
 def _metrics_text(c: LocalCluster, node: str) -> str:

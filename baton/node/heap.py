@@ -13,6 +13,12 @@ go; only garbage in reference cycles made before a freeze waits, until the keepe
 heap every :data:`THAW_EVERY` seconds and collects it all once (one long pause there, instead
 of one every half minute). Only the node's own process runs it (``baton node``); a library
 user's process keeps its collector as it was.
+
+The keeper also freezes at once after every full collection the collector makes by itself:
+what survived one is long-lived by definition. Without that, a node whose heap grows fast
+between two freezes (10,000 subscribers reconnecting to a restarted node) walked all of the new
+part again at every full collection: 0.5-1.3 s pauses in a subscribe storm, measured, in the
+seconds when lease renewals matter most.
 """
 
 from __future__ import annotations
@@ -48,13 +54,24 @@ class HeapKeeper:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        # What the node has made by now (modules, configuration, stores) is kept for its life.
+        gc.freeze()
+        gc.callbacks.append(self._after_collection)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="heap-keeper")
+
+    @staticmethod
+    def _after_collection(phase: str, info: dict[str, int]) -> None:
+        """Freeze the survivors of a full collection, so the next walks only what is new."""
+        if phase == "stop" and info["generation"] == 2:
+            gc.freeze()
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        if self._after_collection in gc.callbacks:
+            gc.callbacks.remove(self._after_collection)
         gc.unfreeze()
 
     async def _run(self) -> None:

@@ -51,3 +51,23 @@ async def test_what_is_made_after_a_freeze_is_collected_as_usual() -> None:
         assert gone() is None
     finally:
         await keeper.stop()
+
+
+async def test_a_full_collection_freezes_its_survivors_at_once() -> None:
+    """No clock step: the survivors of a full collection are frozen when it ends, so the next
+    one (in a subscribe storm, a few seconds later) does not walk them again."""
+    clock = ManualClock()
+    keeper = HeapKeeper(clock, freeze_every=10, thaw_every=600)
+    keeper.start()
+    try:
+        gc.unfreeze()
+        survivor = [Node() for _ in range(100)]
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert gc.get_freeze_count() >= len(survivor)
+    finally:
+        await keeper.stop()
+    assert gc.get_freeze_count() == 0
+    gc.collect(0)  # a young collection after the stop freezes nothing
+    gc.collect()
+    assert gc.get_freeze_count() == 0
