@@ -452,29 +452,37 @@ def test_trim(nodes: Backend, db: NodeDB) -> None:
                 assert d.trim(cur, 3) == 0  # again: nothing left below
 
 
-def test_a_big_trim_on_sqlite_goes_in_steps_and_whole(tmp_path: Path) -> None:
-    """SQLite has one writer: a trim deletes about TRIM_STEP events at most, the oldest, and
-    the next trims (to the same or a later watermark) delete the rest, never an event at or
-    above the watermark."""
-    from baton.cascade.db.sqlite import TRIM_STEP
+def test_a_big_trim_goes_in_steps_and_whole(
+    nodes: Backend, db: NodeDB, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trim runs in a writer's transaction (SQLite's one writer; a branch's apply), so it
+    deletes about TRIM_STEP events at most, the oldest, and the next trims (to the same or a
+    later watermark) delete the rest, never an event at or above the watermark: at a root
+    (captured events, PostgreSQL's snapshot rule) and at a branch (copied events)."""
+    from baton.cascade.db import postgres, sqlite
 
-    with open_node_db(f"sqlite://{tmp_path / 'n.db'}") as db:
-        db.install()
+    step = 100
+    monkeypatch.setattr(sqlite, "TRIM_STEP", step)
+    monkeypatch.setattr(postgres, "TRIM_STEP", step)
+    must_tick(db)
+    for _ in range(6):
+        emit(db, step // 2)
         must_tick(db)
-        for _ in range(6):
-            emit(db, TRIM_STEP // 2)
-            must_tick(db)
-        kept = emit(db, 3)
-        top = must_tick(db).tick_id
-        with db.transaction() as cur:
-            first = db.trim(cur, top)
-        assert 0 < first <= TRIM_STEP + 2  # events plus the ticks below the step's bound
-        counts = [first]
-        while (n := _trim(db, top)) > 0:
-            counts.append(n)
-        assert 2 < len(counts) < 6
-        assert [t.tick_id for t in db.ticks(0, top + 1)] == [top]
-        assert [e.ev_id for e in db.batch_events(0, top)] == kept
+    kept = emit(db, 3)
+    top = must_tick(db).tick_id
+    with open_node_db(nodes.new()) as branch:
+        branch.install()
+        with branch.transaction() as cur:
+            branch.copy_batch(cur, list(db.batch_events(0, top)), db.ticks(0, top))
+        for d in (db, branch):
+            counts = [_trim(d, top)]
+            assert 0 < counts[0] <= step + 2  # events plus the ticks below the step's bound
+            while (n := _trim(d, top)) > 0:
+                counts.append(n)
+            assert 2 < len(counts) < 6
+            assert sum(counts) == 6 * (step // 2) + top - 1  # every event and tick below
+            assert [t.tick_id for t in d.ticks(0, top + 1)] == [top]
+            assert [e.ev_id for e in d.batch_events(0, top)] == kept
 
 
 def _trim(db: NodeDB, below: int) -> int:

@@ -405,7 +405,9 @@ class NodeDB(abc.ABC):
 
     @abc.abstractmethod
     def trim(self, cur: Any, below_tick: int) -> int:
-        """Delete events and ticks below ``below_tick`` (the global watermark); rows deleted."""
+        """Delete events and ticks below ``below_tick`` (the global watermark); rows deleted.
+        A backend may delete only the oldest part, up to a tick below it, and leave the rest
+        to the next trims (every rise of the watermark trims again)."""
 
     # -- subscribers ------------------------------------------------------------------------
 

@@ -91,6 +91,10 @@ _EVENT_COLS = "ev_id, ev_time, ev_type, ev_table, ev_key, ev_data, ev_txid, ev_t
 _TICK_COLS = "tick_id, ev_high, snapshot, tick_time, tick_local"
 #: Rows fetched per round trip when streaming events.
 _FETCH = 2000
+#: Events one trim deletes at most, about (the ticks' ``ev_high`` count them). A trim runs in
+#: a branch's apply transaction: behind a catch-up of a million events, one ``DELETE`` of them
+#: all held that batch's commit for seconds.
+TRIM_STEP = 10_000
 #: An :class:`Event` straight from a row of :data:`_EVENT_COLS` (its fields, in order).
 _new_event = tuple.__new__
 #: The statement-level capture function (an older baton's row-level one is ``baton_capture``).
@@ -882,11 +886,20 @@ class PostgresNodeDB(NodeDB):
         cur.execute("DELETE FROM baton_tick WHERE tick_id > %s", (tick_id,))
 
     def trim(self, cur: Any, below_tick: int) -> int:
+        """Delete about :data:`TRIM_STEP` events at most, the oldest, of those below
+        ``below_tick``; the next trims delete the rest."""
         if (
             cur.execute("SELECT 1 FROM baton_tick WHERE tick_id = %s", (below_tick,)).fetchone()
             is None
         ):
             return 0
+        step = cur.execute(
+            "SELECT min(tick_id) FROM baton_tick WHERE tick_id < %s AND ev_high >= "
+            "(SELECT ev_high FROM baton_tick ORDER BY tick_id LIMIT 1) + %s",
+            (below_tick, TRIM_STEP),
+        ).fetchone()
+        if step is not None and step[0] is not None:
+            below_tick = int(step[0])  # a tick, so the same deletes stand, only fewer
         row = cur.execute(
             f"SELECT {_TICK_COLS} FROM baton_tick WHERE tick_id < %s ORDER BY tick_id DESC LIMIT 1",
             (below_tick,),

@@ -32,11 +32,11 @@ from baton.store import sqlite_path
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
+#: Events one trim deletes at most, about (the ticks' own event ids count them).
+TRIM_STEP = 5000
 #: Where baton's own write transactions say so for the guard triggers (see
 #: :meth:`SQLiteNodeDB.transaction`); an operator repairing by hand inserts a row in their
 #: transaction too (docs/cascade.md).
-#: Events one trim deletes at most, about (the ticks' own event ids count them).
-TRIM_STEP = 5000
 WRITER_TABLE = "CREATE TABLE IF NOT EXISTS baton_writer (w INTEGER)"
 
 SCHEMA = """
