@@ -5,7 +5,9 @@ A set is found through the node databases the cluster knows: the ``location`` of
 ``cascade-worker`` object, and the ``location`` of every member that reported whether it
 reaches its root (``reach/<set>/<node>``, written for the nodes the agents serve). A set none
 of whose members is known that way (run only by ``baton cascade run`` with no agent serving
-it) is not shown.
+it) is not shown. A partition set is found through the merge-leaves a known node database
+hosts (seed 004: its only members besides its root may be those merge-leaves, inside the
+combined set's nodes, which report no reach of their own).
 
 Each set is read as ``baton cascade status`` reads it (:func:`baton.cascade.commands.status`),
 with, per member, the agent that runs its worker and those that stand by (its placed group).
@@ -22,6 +24,7 @@ from typing import Any
 
 from baton.cascade import commands
 from baton.cascade.db import open_node_db
+from baton.cascade.merge import merge_location
 from baton.cascade.model import Role
 from baton.errors import CascadeError, redact_url
 from baton.service.auto_view import Placed
@@ -29,12 +32,14 @@ from baton.service.auto_view import Placed
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A known node database: its set, its node name, whether it is a root."""
+    """A known node database: its set, its node name, whether it is a root, and the
+    locations of the merge-leaves it hosts (``LOCATION#SET``, one per partition set)."""
 
     location: str
     set_name: str
     node: str
     root: bool
+    hosted: tuple[str, ...] = ()
 
 
 def identify(location: str) -> Found | None:
@@ -42,9 +47,11 @@ def identify(location: str) -> Found | None:
     try:
         with open_node_db(location, readonly=True) as db:
             st = db.state()
+            parts = sorted(db.merge_leaves()) if st.role.carries_queue else []
     except (CascadeError, OSError):
         return None
-    return Found(location, st.set_name, st.name, st.role is Role.ROOT)
+    hosted = tuple(merge_location(location, part) for part in parts)
+    return Found(location, st.set_name, st.name, st.role is Role.ROOT, hosted)
 
 
 def pick_via(found: Iterable[Found]) -> str | None:
@@ -69,10 +76,17 @@ def read_sets(placed: Iterable[Placed], reporters: Iterable[str]) -> list[dict[s
     shows it; a set that cannot be read now carries ``error`` (one line) instead of members."""
     by_location = {p.location: p for p in placed}
     sets: dict[str, list[Found]] = {}
-    for location in dict.fromkeys([*by_location, *reporters]):
-        found = identify(location)
-        if found is not None:
-            sets.setdefault(found.set_name, []).append(found)
+    todo = list(dict.fromkeys([*by_location, *reporters]))
+    seen = set(todo)
+    while todo:
+        found = identify(todo.pop(0))
+        if found is None:
+            continue
+        sets.setdefault(found.set_name, []).append(found)
+        for hosted in found.hosted:
+            if hosted not in seen:
+                seen.add(hosted)
+                todo.append(hosted)
     out = []
     for set_name, members in sorted(sets.items()):
         via = pick_via(members)

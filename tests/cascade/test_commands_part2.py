@@ -394,6 +394,12 @@ def test_create_node_merge_leaf(tmp_path: Path) -> None:
     made = commands.create_node("merge-leaf", "m1", combined, provider="p0", via=part)
     assert (made.role, made.provider, made.set_name) == ("merge-leaf", "p0", "P")
     assert made.location.endswith("#P") and made.already is False
+    # The merge-leaf's own location reaches its set, on the command line too (its file is the
+    # host's: the "#P" is not part of the path).
+    assert [m.name for m in commands.status(made.location).members] == ["m1", "p0"]
+    shown = run("status", "--via", made.location)
+    assert shown.returncode == 0, shown.stderr
+    assert "m1" in shown.stdout and "p0" in shown.stdout
     again = commands.create_node("merge-leaf", "m1", combined, provider="p0", via=part)
     assert again.already is True
     with pytest.raises(CascadeInputError, match="the same"):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from baton.cascade import handover, node_ops, set_ops
+from baton.cascade.db.base import split_location
 from baton.errors import (
     CascadeError,
     CascadeInputError,
@@ -81,7 +82,8 @@ def existing(location: str) -> str:
     create an empty database, and a mistyped path must change nothing."""
     location = normalise(location)
     if location.startswith("sqlite://"):
-        path = Path(location.removeprefix("sqlite://"))
+        # A merge-leaf's location is its host's file and ``#SET``: the file is what must exist.
+        path = Path(split_location(location)[0].removeprefix("sqlite://"))
         if path.parent.is_dir() and not path.exists():
             raise CascadeInputError(
                 f"{location}: no such node database (the file does not exist; nothing was "
