@@ -25,7 +25,6 @@ RDD's one partition; Spark Connect has no RDDs, so there it is a one-row DataFra
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import logging
 import os
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baton.cascade.batches import Outcome
+from baton.cascade.collector import collector_paused
 from baton.errors import CascadeError, FencedOut, NoTaskSlot
 
 if TYPE_CHECKING:
@@ -104,28 +104,13 @@ def follow(spec: Follow) -> Outcome:
         open_node_db(spec.provider, readonly=True) as src,
     ):
         while True:
+            # One batch read and applied without full collections of the worker's heap.
             with collector_paused():
                 done = step(db, src, spec)
             if done is Outcome.IDLE:
                 time.sleep(spec.poll)
             elif done.ends_following:
                 return done
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """No automatic cyclic collection inside: one step's batch (20,000 events, each a few
-    objects that live until its commit) otherwise set off full collections of the task's whole
-    heap (the Python worker's, PySpark's modules included) every 0.2 s of a catch-up, 20-57 ms
-    each, and they found nothing to free. Reference counting frees the batch at its end; the
-    collector runs again between steps, for whatever cycles a step left."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def step(db: NodeDB, src: NodeDB, spec: Follow) -> Outcome:

@@ -53,10 +53,11 @@ def apply_arrow(
     the table must hold every event of the micro-batch. None when it holds no tick (an empty
     micro-batch)."""
     from baton.cascade.apply import apply_batch
+    from baton.cascade.collector import collector_paused
     from baton.cascade.db import open_node_db
     from baton.spark import rows
 
-    with open_node_db(subscriber, existing=True) as db:
+    with collector_paused(), open_node_db(subscriber, existing=True) as db:
         batch = rows.decode(table, db.state().needs_events, whole)
         if batch is None:
             return None

@@ -1,5 +1,5 @@
 """The low-latency task keeps the cyclic collector out of its steps
-(:func:`baton.service.task.collector_paused`): a catch-up's batches set off full collections of
+(:func:`baton.cascade.collector.collector_paused`): a catch-up's batches set off full collections of
 the whole Python worker's heap, which freed nothing. Between steps the collector runs."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import pytest
 
 from baton.cascade import node_ops
 from baton.cascade.batches import Outcome
+from baton.cascade.collector import collector_paused
 from baton.cascade.db import NodeDB
 from baton.cascade.model import Role
 from baton.service import task
@@ -19,15 +20,15 @@ from baton.testing.workload import create_accounts
 
 def test_the_collector_is_off_inside_and_as_it_was_after() -> None:
     assert gc.isenabled()
-    with task.collector_paused():
+    with collector_paused():
         assert not gc.isenabled()
     assert gc.isenabled()
-    with pytest.raises(RuntimeError), task.collector_paused():
+    with pytest.raises(RuntimeError), collector_paused():
         raise RuntimeError("a step that fails")
     assert gc.isenabled()
     gc.disable()  # someone else's choice is kept
     try:
-        with task.collector_paused():
+        with collector_paused():
             assert not gc.isenabled()
         assert not gc.isenabled()
     finally:
