@@ -564,6 +564,31 @@ def test_subscribers_and_tables(db: NodeDB) -> None:
 # -- PostgreSQL ---------------------------------------------------------------------------
 
 
+def test_trims_start_from_the_floor_earlier_trims_left(pg_nodes: Backend) -> None:
+    """A trim's delete of captured events starts at the transaction id earlier trims left no
+    event below (so it does not walk their dead rows again); a floor above the database's own
+    ids (a node database restored into a new cluster) is not taken: every event still goes."""
+    from baton.cascade.db.postgres import TRIM_FLOOR_KEY
+
+    with open_node_db(pg_nodes.new()) as d:
+        d.install()
+        must_tick(d)
+        emit(d, 3)
+        must_tick(d)
+        emit(d, 2)
+        third = must_tick(d).tick_id
+        assert _trim(d, third) == 3 + 2  # batch 2's events; ticks 1 and 2
+        floor = d.get_local(TRIM_FLOOR_KEY)
+        assert floor is not None and int(floor) > 0
+        kept = emit(d, 4)
+        top = must_tick(d).tick_id
+        with d.transaction() as cur:
+            d.set_local(cur, TRIM_FLOOR_KEY, str(2**62))
+        assert _trim(d, top) == 2 + 1  # batch 3's events, tick 3
+        assert [e.ev_id for e in d.batch_events(0, top)] == kept
+        assert int(d.get_local(TRIM_FLOOR_KEY) or 0) < 2**62
+
+
 def test_snapshot_rule_keeps_late_commits_for_the_next_batch(pg_nodes: Backend) -> None:
     location = pg_nodes.new()
     with open_node_db(location) as d:
