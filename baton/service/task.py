@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baton.cascade.batches import Outcome
-from baton.cascade.collector import collector_paused
+from baton.collector import collector_paused
 from baton.errors import CascadeError, FencedOut, NoTaskSlot
 
 if TYPE_CHECKING:

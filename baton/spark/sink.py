@@ -53,8 +53,8 @@ def apply_arrow(
     the table must hold every event of the micro-batch. None when it holds no tick (an empty
     micro-batch)."""
     from baton.cascade.apply import apply_batch
-    from baton.cascade.collector import collector_paused
     from baton.cascade.db import open_node_db
+    from baton.collector import collector_paused
     from baton.spark import rows
 
     with collector_paused(), open_node_db(subscriber, existing=True) as db:

@@ -27,10 +27,8 @@ read-then-write path, which resolves the bundle.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -178,20 +176,6 @@ def touch(ks: Keyspace, view: View, bid: str) -> list[JSON]:
     return [] if value is None else [keyspace.put(key, value)]
 
 
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector around a loop that makes or walks 100,000 objects
-    without awaiting (so nothing else runs meanwhile): its full collections, set off by those
-    allocations, took half of a renewal's time (0.3 of 0.6 s for 100,000 leases)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def expiry_value(expires_us: int, ttl_us: int) -> str:
     return f"{keyspace.pad(expires_us)} {ttl_us}"
 
@@ -213,7 +197,6 @@ __all__ = [
     "expiry",
     "expiry_value",
     "nested",
-    "no_gc",
     "read_resolved",
     "touch",
     "unbundle",

@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+from baton.collector import collector_paused
 from baton.store import etcd_bundles as bundles
 from baton.store import etcd_keyspace as keyspace
 from baton.store.base import Lease
@@ -74,7 +75,7 @@ class Renewal:
         a bundle of ours were checked when they joined it."""
         if self._moving:
             await asyncio.wait(list(self._moving))
-        with bundles.no_gc():
+        with collector_paused():
             whole, rest = self.owned.split(holder, batch)
         for lease in rest:
             check(lease)
@@ -155,7 +156,7 @@ class Renewal:
                 if answered(answer):
                     self.owned.wrote(b.id, revision, expiry_value(grant + b.ttl_us, b.ttl_us))
                     ttl, at = b.ttl_us / _US, (grant + b.ttl_us) / _US
-                    with bundles.no_gc():
+                    with collector_paused():
                         for name, epoch in members.items():
                             out[name] = Lease(name, holder, epoch, ttl, at)
                 elif b.mod != mod and self.owned.get(b.id) is b:

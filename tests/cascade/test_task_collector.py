@@ -1,5 +1,5 @@
 """The low-latency task keeps the cyclic collector out of its steps
-(:func:`baton.cascade.collector.collector_paused`): a catch-up's batches set off full collections of
+(:func:`baton.collector.collector_paused`): a catch-up's batches set off full collections of
 the whole Python worker's heap, which freed nothing. Between steps the collector runs."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from baton.cascade import node_ops
 from baton.cascade.batches import Outcome
-from baton.cascade.collector import collector_paused
 from baton.cascade.db import NodeDB
 from baton.cascade.model import Role
+from baton.collector import collector_paused
 from baton.service import task
 from baton.testing.workload import create_accounts
 

@@ -43,6 +43,8 @@ LAYERS: list[tuple[str, ...]] = [
         "baton.validation",
         "baton.settings",
         "baton.clock",
+        # The collector paused around a loop of many objects (the store, the cascade).
+        "baton.collector",
         # Node-to-node HTTP (the cluster token, the listen address): here, below both the
         # channels and the node agent, so that the two share one transport.
         "baton.transport",

@@ -403,6 +403,19 @@ class NodeDB(abc.ABC):
     def discard_after(self, cur: Any, tick_id: int) -> None:
         """Delete the ticks after ``tick_id`` and every event :meth:`events_after` returns."""
 
+    def _trim_bound(self, cur: Any, below_tick: int, step: int) -> int:
+        """Where a trim to ``below_tick`` stops: the oldest tick about ``step`` events above the
+        oldest tick of the queue (by the ticks' ``ev_high``), or ``below_tick`` itself when it
+        is nearer. A tick either way, so the trim's deletes stand as they are, only fewer."""
+        row = cur.execute(
+            self._host_sql(
+                "SELECT min(tick_id) FROM baton_tick WHERE tick_id < ? AND ev_high >= "
+                "(SELECT ev_high FROM baton_tick ORDER BY tick_id LIMIT 1) + ?"
+            ),
+            (below_tick, step),
+        ).fetchone()
+        return below_tick if row is None or row[0] is None else int(row[0])
+
     @abc.abstractmethod
     def trim(self, cur: Any, below_tick: int) -> int:
         """Delete events and ticks below ``below_tick`` (the global watermark); rows deleted.

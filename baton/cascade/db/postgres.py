@@ -896,13 +896,7 @@ class PostgresNodeDB(NodeDB):
             is None
         ):
             return 0
-        step = cur.execute(
-            "SELECT min(tick_id) FROM baton_tick WHERE tick_id < %s AND ev_high >= "
-            "(SELECT ev_high FROM baton_tick ORDER BY tick_id LIMIT 1) + %s",
-            (below_tick, TRIM_STEP),
-        ).fetchone()
-        if step is not None and step[0] is not None:
-            below_tick = int(step[0])  # a tick, so the same deletes stand, only fewer
+        below_tick = self._trim_bound(cur, below_tick, TRIM_STEP)
         row = cur.execute(
             f"SELECT {_TICK_COLS} FROM baton_tick WHERE tick_id < %s ORDER BY tick_id DESC LIMIT 1",
             (below_tick,),

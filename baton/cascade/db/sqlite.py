@@ -394,13 +394,7 @@ class SQLiteNodeDB(NodeDB):
             is None
         ):
             return 0
-        step = cur.execute(
-            "SELECT min(tick_id) FROM baton_tick WHERE tick_id < ? AND ev_high >= "
-            "(SELECT ev_high FROM baton_tick ORDER BY tick_id LIMIT 1) + ?",
-            (below_tick, TRIM_STEP),
-        ).fetchone()
-        if step is not None and step[0] is not None:
-            below_tick = int(step[0])  # a tick, so the same deletes stand, only fewer
+        below_tick = self._trim_bound(cur, below_tick, TRIM_STEP)
         n = cur.execute(
             "DELETE FROM baton_event WHERE ev_tick < ? OR (ev_tick IS NULL AND ev_id <= "
             "(SELECT coalesce(max(ev_high), 0) FROM baton_tick WHERE tick_id < ?))",
