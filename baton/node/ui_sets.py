@@ -5,9 +5,9 @@ A set is found through the node databases the cluster knows: the ``location`` of
 ``cascade-worker`` object, and the ``location`` of every member that reported whether it
 reaches its root (``reach/<set>/<node>``, written for the nodes the agents serve). A set none
 of whose members is known that way (run only by ``baton cascade run`` with no agent serving
-it) is not shown. A partition set is found through the merge-leaves a known node database
-hosts (seed 004: its only members besides its root may be those merge-leaves, inside the
-combined set's nodes, which report no reach of their own).
+it) is not shown. The members a found node's list names are looked at too, and a partition set
+is found through the merge-leaves any of them hosts (seed 004: its only members besides its
+root may be those merge-leaves, inside the combined set's root, which reports no reach).
 
 Each set is read as ``baton cascade status`` reads it (:func:`baton.cascade.commands.status`),
 with, per member, the agent that runs its worker and those that stand by (its placed group).
@@ -40,6 +40,8 @@ class Found:
     node: str
     root: bool
     hosted: tuple[str, ...] = ()
+    #: The locations of the set's other live members, as this node's list has them.
+    peers: tuple[str, ...] = ()
 
 
 def identify(location: str) -> Found | None:
@@ -48,10 +50,11 @@ def identify(location: str) -> Found | None:
         with open_node_db(location, readonly=True) as db:
             st = db.state()
             parts = sorted(db.merge_leaves()) if st.role.carries_queue else []
+            peers = tuple(loc for loc, dead in db.nodes().values() if not dead and loc != location)
     except (CascadeError, OSError):
         return None
     hosted = tuple(merge_location(location, part) for part in parts)
-    return Found(location, st.set_name, st.name, st.role is Role.ROOT, hosted)
+    return Found(location, st.set_name, st.name, st.role is Role.ROOT, hosted, peers)
 
 
 def pick_via(found: Iterable[Found]) -> str | None:
@@ -83,10 +86,12 @@ def read_sets(placed: Iterable[Placed], reporters: Iterable[str]) -> list[dict[s
         if found is None:
             continue
         sets.setdefault(found.set_name, []).append(found)
-        for hosted in found.hosted:
-            if hosted not in seen:
-                seen.add(hosted)
-                todo.append(hosted)
+        # The set's other members may host merge-leaves (a combined root does): look at them
+        # too, and at those merge-leaves, whose sets are partition sets.
+        for more in (*found.peers, *found.hosted):
+            if more not in seen:
+                seen.add(more)
+                todo.append(more)
     out = []
     for set_name, members in sorted(sets.items()):
         via = pick_via(members)
