@@ -927,13 +927,7 @@ class PostgresNodeDB(NodeDB):
             # Every transaction below the snapshot's xmin had ended when it was taken, so
             # each of its events was visible in it and is deleted now; no later transaction
             # gets an id that low.
-            cur.execute(
-                self._host_sql(
-                    "INSERT INTO baton_local (key, value) VALUES (?, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-                ),
-                (TRIM_FLOOR_KEY, str(last.snap.xmin)),
-            )
+            self.host_set(cur, TRIM_FLOOR_KEY, str(last.snap.xmin))
         n += cur.execute("DELETE FROM baton_tick WHERE tick_id < %s", (below_tick,)).rowcount
         return int(n)
 
