@@ -189,6 +189,9 @@ class Election:
         self._callbacks: list[Callable[[ElectionEvent], None]] = []
         self._stopping = False
         self._newest_epoch = 0  # highest lease epoch seen from any source
+        # Highest epoch known to have ended (this node let it go, or the feed said it was
+        # released or expired): a late feed entry saying it was acquired is old news.
+        self._ended_epoch = 0
         #: Called with the seconds each successful renewal took (for metrics).
         self.renewal_observer: Callable[[float], None] | None = None
         #: Called with a short operation name when a store call fails (for metrics).
@@ -398,6 +401,7 @@ class Election:
         if lease is None:
             return
         self._lease = None
+        self._ended_epoch = max(self._ended_epoch, lease.epoch)
         self._valid_until = 0.0
         self._loss_reason = reason
         self.state = State.FOLLOWER
@@ -622,6 +626,11 @@ class Election:
             return
         self._newest_epoch = epoch
         if change.kind is ChangeKind.ACQUIRED:
+            if epoch <= self._ended_epoch:
+                # The feed is behind this node's own release (its acquisition of the term it
+                # just handed over): taking it as news would name a leader that has gone and
+                # send the follower to read the lease while the successor takes over.
+                return
             self._set_leader(change.holder, change.epoch)
             mine = self._lease
             if mine is not None and epoch > mine.epoch:
@@ -630,6 +639,7 @@ class Election:
             if change.holder != self.node_id:
                 self._hold_off_until = 0.0
         elif change.kind in (ChangeKind.RELEASED, ChangeKind.EXPIRED):
+            self._ended_epoch = max(self._ended_epoch, epoch)
             if change.holder == self.leader:
                 self._set_leader(None, None)
             if change.successor == self.node_id:

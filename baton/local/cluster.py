@@ -25,6 +25,7 @@ from typing import Any, Self, TypeVar
 
 import httpx
 
+from baton.errors import WaitTimeout
 from baton.local.ports import free_port
 from baton.local.processes import Proc
 from baton.local.waiting import Falsy
@@ -200,7 +201,22 @@ class LocalCluster:
         node.start()
 
     def wait_for(self, predicate: Callable[[], T | Falsy], timeout: float = 30.0) -> T:
-        return _wait_for(predicate, timeout=timeout)
+        """:func:`~baton.local.waiting.wait_for`; a timeout's message also carries the last
+        lines each node wrote, so a failure seen once (in CI) can still be explained."""
+        try:
+            return _wait_for(predicate, timeout=timeout)
+        except WaitTimeout as exc:
+            raise WaitTimeout(f"{exc}\n{self.log_tails()}") from None
+
+    def log_tails(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of each node's output, under its id."""
+        parts: list[str] = []
+        for node in self.nodes.values():
+            said = node.proc.lines()[-lines:] if node.proc is not None else []
+            state = "running" if node.running else "not running"
+            parts.append(f"--- {node.id} ({state}), last {len(said)} lines:")
+            parts.extend(said)
+        return "\n".join(parts)
 
     def stop(self) -> None:
         for node in self.nodes.values():

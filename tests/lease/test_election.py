@@ -13,7 +13,7 @@ import pytest
 from baton.errors import LeaseLost, LossReason, NotLeader
 from baton.lease.election import Election, LeadershipLost, NewLeader, NewState, State
 from baton.lease.timings import Timings
-from baton.store import Lease, Store
+from baton.store import Change, ChangeKind, Lease, Store
 from baton.testing import await_for
 from tests.conftest import Backend
 
@@ -149,6 +149,34 @@ async def test_the_old_leader_does_not_look_until_the_successor_leads(backend: B
         told = seen.index(NewLeader(target.node_id, target.epoch))
         assert "get_lease" not in seen[:told]
         assert leaders(es) == [target]
+
+
+async def test_a_late_feed_entry_about_the_handed_over_term_is_old_news(backend: Backend) -> None:
+    """The feed may deliver the old leader's own acquisition after it handed the term over (CI
+    saw it on PostgreSQL): it must neither name the old leader again nor make it read."""
+    async with participants(backend, 2) as es:
+        first = await one_leader(es)
+        target = next(e for e in es if e is not first)
+        old_epoch = first.epoch
+        assert old_epoch is not None
+        await first.elect(target.node_id)
+        seen = events_and_reads(first)
+        late = Change(
+            position="late",
+            revision=0,
+            kind=ChangeKind.ACQUIRED,
+            key=first.name,
+            holder=first.node_id,
+            epoch=old_epoch,
+        )
+        first._on_change(late)  # the feed's entry point, as its watch task calls it
+        assert first.leader != first.node_id
+        await await_for(lambda: target.is_leader, what=f"{target.node_id} to lead")
+        await await_for(lambda: first.leader == target.node_id, what="the old leader to know")
+        assert target.epoch is not None
+        told = seen.index(NewLeader(target.node_id, target.epoch))
+        assert NewLeader(first.node_id, old_epoch) not in seen
+        assert "get_lease" not in seen[:told]
 
 
 async def test_leadership_body_is_cancelled_when_lease_lost(backend: Backend) -> None:
