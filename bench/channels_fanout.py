@@ -118,9 +118,13 @@ RECEIVER_KINDS = ("raw", "websockets")
 
 
 def _receiver_main(
-    urls: list[str], token: str, channel: str, pipe: Connection, kind: str = "raw"
+    urls: list[str], token: str, channel: str, pipe: Connection, *, kind: str = "raw", nice: int = 0
 ) -> None:
     raise_nofile()
+    if nice:
+        # Below the servers' priority the receivers take only what the servers leave, as they
+        # would on hosts of their own: the measure of the server, not of the contention.
+        os.nice(nice)
     if kind == "raw":
         RawReceiver(urls, token, channel, pipe).run()
     else:
@@ -676,7 +680,14 @@ class Receivers:
     """``processes`` receiver processes sharing ``urls`` between them."""
 
     def __init__(
-        self, urls: Sequence[str], token: str, channel: str, processes: int, kind: str = "raw"
+        self,
+        urls: Sequence[str],
+        token: str,
+        channel: str,
+        processes: int,
+        *,
+        kind: str = "raw",
+        nice: int = 0,
     ) -> None:
         ctx = mp.get_context("spawn")
         self.pipes: list[Connection] = []
@@ -684,7 +695,11 @@ class Receivers:
         for k in range(processes):
             mine, theirs = ctx.Pipe()
             share = list(urls[k::processes])
-            p = ctx.Process(target=_receiver_main, args=(share, token, channel, theirs, kind))
+            p = ctx.Process(
+                target=_receiver_main,
+                args=(share, token, channel, theirs),
+                kwargs={"kind": kind, "nice": nice},
+            )
             p.start()
             self.pipes.append(mine)
             self.procs.append(p)
@@ -741,6 +756,8 @@ class Result:
     #: the machine the measuring takes from what is measured.
     receiver_cpu_s: float = 0.0
     receiver_us_per_frame: float = float("nan")
+    #: The receiver processes' ``nice`` increment (``--receiver-nice``; 0: the servers' own).
+    receiver_nice: int = 0
     #: ``unsubscribed`` answers the receivers got, by code (4503s were asked again).
     refused: dict[str, int] = field(default_factory=dict)
     #: Per publication in the window, ``[offset, ms]`` to its last receiver, in offset order:
@@ -861,10 +878,13 @@ def run_baton(
     warmup: float,
     ttl: float = TTL,
     receiver: str = "raw",
+    nice: int = 0,
 ) -> Result:
     from baton.channels.client import ws_url
 
-    res = Result("baton", subscribers, nodes, rate, receivers, window, receiver=receiver)
+    res = Result(
+        "baton", subscribers, nodes, rate, receivers, window, receiver=receiver, receiver_nice=nice
+    )
     every = f"{1 / rate:.4f}".rstrip("0")
     channel = f"tick:fanout,every={every}"
     with temp_dir("fanout") as tmp, LocalCluster(nodes, None, tmp, ttl=ttl) as c:
@@ -873,7 +893,7 @@ def run_baton(
         names = list(c.nodes)
         urls = [ws_url(c.node(names[i % nodes]).url) for i in range(subscribers)]
         pids = [n.proc.popen.pid for n in c.nodes.values() if n.proc]
-        rx = Receivers(urls, c.token, channel, receivers, receiver)
+        rx = Receivers(urls, c.token, channel, receivers, kind=receiver, nice=nice)
         try:
             metric = "baton_channel_fanout_seconds"
             reads: list[dict[str, dict[float, float]]] = []
@@ -959,8 +979,11 @@ def run_floor(
     warmup: float,
     *,
     receiver: str = "raw",
+    nice: int = 0,
 ) -> Result:
-    res = Result("floor", subscribers, 1, rate, receivers, window, receiver=receiver)
+    res = Result(
+        "floor", subscribers, 1, rate, receivers, window, receiver=receiver, receiver_nice=nice
+    )
     ctx = mp.get_context("spawn")
     mine, theirs = ctx.Pipe()
     server = ctx.Process(target=_floor_server, args=(theirs, subscribers, rate))
@@ -968,7 +991,7 @@ def run_floor(
     try:
         port = mine.recv()
         urls = [f"ws://127.0.0.1:{port}/"] * subscribers
-        rx = Receivers(urls, "floor", "tick:fanout", receivers, receiver)
+        rx = Receivers(urls, "floor", "tick:fanout", receivers, kind=receiver, nice=nice)
         try:
             start, end = _window(rx, res, warmup, [server.pid or 0])
             mine.send("done")
@@ -1000,9 +1023,10 @@ def table(results: Sequence[Result]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
+        nice = f", nice {r.receiver_nice}" if r.receiver_nice else ""
         out.append(
             f"| {r.mode} | {r.subscribers:,} | {r.nodes} | {r.rate:g} | "
-            f"{r.receivers} ({r.receiver}) | "
+            f"{r.receivers} ({r.receiver}{nice}) | "
             f"{r.subscribe_s:.1f} s | {r.frames:,} | {r.missing} | {r.closed} | "
             f"{r.e2e_p50_ms:.1f} / {r.e2e_p99_ms:.1f} ms | {r.e2e_last_p99_ms:.1f} ms | "
             f"{r.server_p50_ms:.1f} / {r.server_p99_ms:.1f} ms | "
@@ -1034,6 +1058,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="raw: plain sockets in one selector loop per process (cheapest); websockets: the "
         "asyncio client, a task per connection",
     )
+    parser.add_argument(
+        "--receiver-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the receivers N nice steps below the servers, so they use only what the "
+        "servers leave of the machine, as on hosts of their own (0: the same priority)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     limit = raise_nofile()
@@ -1051,6 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 warmup=args.warmup,
                 ttl=args.ttl,
                 receiver=args.receiver,
+                nice=args.receiver_nice,
             )
         )
         print("\n".join(table(results)), flush=True)
@@ -1063,6 +1096,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.window,
                 args.warmup,
                 receiver=args.receiver,
+                nice=args.receiver_nice,
             )
         )
     print("\n".join(table(results)))
