@@ -460,9 +460,17 @@ def cascade_bench(
                     with PeakMemory() as memory, baton_set(kind, where, spark, mode) as s:
                         _warm(s)
                         result: dict[str, Any] = {"mode": mode}
-                        result["throughput"] = throughput(s, changes, seed=1)
-                        result["lag"] = lag(s, (2000, 5000), seconds)
-                        result["switchover"] = switchover(s, 2 if quick else 4)
+                        say(f"  throughput: {changes:,} changes written, then caught up")
+                        moved = result["throughput"] = throughput(s, changes, seed=1)
+                        say(f"  throughput: {moved['events_per_s']:,.0f} events/s root -> leaf")
+                        say(f"  lag: {seconds:g} s at 2,000 and at 5,000 changes/s")
+                        lags = result["lag"] = lag(s, (2000, 5000), seconds)
+                        for rate, one in lags.items():
+                            say(
+                                f"  lag at {rate}/s: p50 {one['p50']:.3f} s, p99 {one['p99']:.3f} s"
+                            )
+                        switched = result["switchover"] = switchover(s, 2 if quick else 4)
+                        say(f"  switchover: p50 {switched['to_new_root_write_p50']:.2f} s to write")
                         result["leaf_equals_root"] = accounts_load.signature(
                             s.target("leaf")
                         ) == accounts_load.signature(s.target("root"))
