@@ -915,7 +915,7 @@ class PostgresNodeDB(NodeDB):
         # Captured events go with the batches up to the last tick below ``below_tick``.
         cond, args = _covered(last)
         if last is not None and last.snap is not None:
-            floor = self._trim_floor(cur)
+            floor = self._trim_floor()
             # A floor above this tick's own xmin is not one of this database's (one restored
             # into a new cluster starts its ids again): it must not hide events from trims.
             if floor is not None and floor <= last.snap.xmin:
@@ -931,13 +931,12 @@ class PostgresNodeDB(NodeDB):
         n += cur.execute("DELETE FROM baton_tick WHERE tick_id < %s", (below_tick,)).rowcount
         return int(n)
 
-    def _trim_floor(self, cur: Any) -> int | None:
-        """The transaction id below which an earlier trim left no captured event, or None."""
-        row = cur.execute(
-            self._host_sql("SELECT value FROM baton_local WHERE key = ?"), (TRIM_FLOOR_KEY,)
-        ).fetchone()
+    def _trim_floor(self) -> int | None:
+        """The transaction id below which an earlier trim left no captured event, or None
+        (read on the trim's own connection, inside its transaction)."""
+        value = self.host_get(TRIM_FLOOR_KEY)
         try:
-            return None if row is None else int(row[0])
+            return None if value is None else int(value)
         except ValueError:
             return None  # not a number: no floor, every captured event is looked at
 
